@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The one test command (README + .ci/run): installs everything the suite needs on a fresh machine, then runs it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "[test.sh] installing Debian chromium (real-browser tests need it)"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,miniwob]'
+
+.venv/bin/ruff check .
+export TRITON_INTERPRET=1
+exec .venv/bin/python -m pytest "$@"
