@@ -1,9 +1,199 @@
-"""CLI commands for this area (filled in by its owner)."""
+"""`confkv-agent traces ls|summary`, `confkv-agent replay` and `confkv-agent report`: read the trace database.
+
+These commands only read, so they never create a database: a missing or foreign file is a one-line error.
+sqlite-utils, rich rendering and matplotlib are imported inside the commands to keep `--help` fast.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import typer
+
+from traces import DEFAULT_DB_PATH
+
+if TYPE_CHECKING:
+    from traces.store import TraceStore
+
+_DB_HELP = "Trace database (SQLite) written by `run` / `eval`."
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    return typer.Exit(1)
+
+
+def _open(db: Path) -> TraceStore:
+    from traces.store import TraceStore, TraceStoreError
+
+    try:
+        return TraceStore.open_existing(db)
+    except TraceStoreError as exc:
+        raise _fail(str(exc)) from None
+
+
+_LS_COLUMNS = (
+    "id",
+    "run",
+    "model",
+    "policy",
+    "task",
+    "outcome",
+    "steps",
+    "peak KV",
+    "KV/full",
+    "wall s",
+    "started UTC",
+)
+
+
+def _episode_row(ep: dict[str, Any]) -> list[str]:
+    from traces.fmt import format_bytes, format_ratio
+
+    outcome = ep["status"] if ep["status"] != "done" else ("success" if ep["success"] else "failure")
+    fraction = ep["peak_kv_bytes"] / ep["full_kv_bytes"] if ep["peak_kv_bytes"] and ep["full_kv_bytes"] else None
+    return [
+        str(ep["id"]),
+        str(ep["run_id"]),
+        ep["model"],
+        ep["policy"],
+        ep["task_id"],
+        outcome,
+        "-" if ep["steps"] is None else str(ep["steps"]),
+        format_bytes(ep["peak_kv_bytes"]),
+        format_ratio(fraction, percent=True),
+        "-" if ep["wall_s"] is None else f"{ep['wall_s']:.1f}",
+        ep["started"][5:16].replace("T", " "),
+    ]
+
+
+def ls_command(
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the episodes as a JSON list."),
+    run: list[int] = typer.Option(None, "--run", help="Only these run ids (repeatable)."),
+    policy: str | None = typer.Option(None, "--policy", help="Only this policy."),
+    status: str | None = typer.Option(None, "--status", help="Only running, done or error episodes."),
+    limit: int = typer.Option(50, "--limit", min=1, help="Show the most recent N episodes."),
+) -> None:
+    """List recorded episodes, most recent last."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    from traces.schema import EPISODE_STATUSES
+
+    if status is not None and status not in EPISODE_STATUSES:
+        raise _fail(f"--status must be one of {', '.join(EPISODE_STATUSES)}, got {status!r}")
+    with _open(db) as store:
+        episodes = store.episodes(run_ids=run or None, policy=policy, status=status, limit=limit)
+    if as_json:
+        typer.echo(json.dumps(episodes, indent=2))
+        return
+    if not episodes:
+        typer.echo(f"no episodes in {db}")
+        return
+    models = sorted({ep["model"] for ep in episodes})
+    # the model column only when several models share the database: keeps the table readable at 80 columns
+    shown = [i for i, name in enumerate(_LS_COLUMNS) if name != "model" or len(models) > 1]
+    table = Table(
+        title=f"episodes in {db}" + ("" if len(models) > 1 else f" (model {models[0]})"),
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 0),
+    )
+    for i in shown:
+        name = _LS_COLUMNS[i]
+        table.add_column(
+            name,
+            justify="left" if name in ("model", "policy", "task", "outcome") else "right",
+            no_wrap=name not in ("model", "task"),
+            min_width=8 if name == "task" else None,
+        )
+    for ep in episodes:
+        row = _episode_row(ep)
+        table.add_row(*(row[i] for i in shown))
+    Console().print(table)
+
+
+def summary_command(
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    run: list[int] = typer.Option(None, "--run", help="Only these run ids (repeatable)."),
+    model: str | None = typer.Option(None, "--model", help="Only runs of this model."),
+    as_json: bool = typer.Option(False, "--json", help="Print {policies: {name: {...}}} as JSON."),
+) -> None:
+    """Per-policy success, retention and KV memory vs `full` (the table `eval` prints)."""
+    from rich.console import Console
+
+    from traces.summary import summary_table
+
+    with _open(db) as store:
+        summary = store.summary(run_ids=run or None, model=model)
+    if as_json:
+        typer.echo(json.dumps(summary.to_json(), indent=2))
+    elif not summary.policies:
+        typer.echo(f"no finished episodes in {db}")
+    else:
+        Console().print(summary_table(summary))
+
+
+def replay_command(
+    episode_id: int = typer.Argument(..., help="Episode id (see `confkv-agent traces ls`)."),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    step: int | None = typer.Option(None, "--step", help="Show only this step (0-based)."),
+    full_observation: bool = typer.Option(False, "--full-observation", help="Print whole observations."),
+    observation_lines: int = typer.Option(12, "--observation-lines", min=0, help="Observation lines per step."),
+) -> None:
+    """Replay an episode: observations, actions, results and the confidence/budget curve per step."""
+    from rich.console import Console
+
+    from traces.replay import replay
+    from traces.store import TraceStoreError
+
+    with _open(db) as store:
+        try:
+            replay(
+                store,
+                episode_id,
+                Console(),
+                step=step,
+                full_observation=full_observation,
+                observation_lines=observation_lines,
+            )
+        except TraceStoreError as exc:
+            raise _fail(str(exc)) from None
+
+
+def report_command(
+    out: Path = typer.Option(..., "--out", help="Directory for the PNG files (created if missing)."),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    episode: list[int] = typer.Option(
+        None, "--episode", help="Episodes for confidence/budget plots (repeatable; default: the latest of each policy)."
+    ),
+    run: list[int] = typer.Option(None, "--run", help="Only these run ids (repeatable)."),
+) -> None:
+    """Write PNG plots: confidence/budget over decoding, KV bytes per policy, success vs peak memory."""
+    from traces.report import write_report
+    from traces.store import TraceStoreError
+
+    with _open(db) as store:
+        try:
+            paths = write_report(store, out, episode_ids=episode or None, run_ids=run or None)
+        except (TraceStoreError, ValueError) as exc:
+            raise _fail(str(exc)) from None
+    if not paths:
+        typer.echo(f"nothing to plot: no finished episodes in {db}")
+        return
+    for path in paths:
+        typer.echo(str(path))
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the root app."""
+    """Add `traces ls|summary`, `replay` and `report` to the root app."""
+    traces_app = typer.Typer(help="Inspect recorded episodes.", no_args_is_help=True)
+    traces_app.command("ls")(ls_command)
+    traces_app.command("summary")(summary_command)
+    app.add_typer(traces_app, name="traces")
+    app.command("replay")(replay_command)
+    app.command("report")(report_command)

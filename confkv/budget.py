@@ -1,0 +1,105 @@
+"""Budget schedules: how many tokens each layer may keep at the next step.
+
+A budget counts every kept token of a layer (sinks and the protected recent window included). The schedule is asked
+after step t's logits are known; the cache applies the answer when step t+1 is appended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FixedBudget:
+    """The same budget at every step (sliding window, H2O)."""
+
+    n: int
+
+    def budget(self, confidence: float | None) -> int:
+        return self.n
+
+    @property
+    def max_budget(self) -> int:
+        return self.n
+
+
+@dataclass(frozen=True)
+class GatedBudget:
+    """Conf-KV: keep `n_high` tokens while the model is unsure (`c < tau`), else `n_low`.
+
+    Before any confidence is known (the first prefill chunk) the schedule is cautious and answers `n_high`.
+    """
+
+    n_low: int
+    n_high: int
+    tau: float
+
+    def __post_init__(self) -> None:
+        if not 0 < self.n_low <= self.n_high:
+            raise ValueError(f"need 0 < n_low <= n_high, got n_low={self.n_low}, n_high={self.n_high}")
+
+    def budget(self, confidence: float | None) -> int:
+        if confidence is None or confidence < self.tau:
+            return self.n_high
+        return self.n_low
+
+    @property
+    def max_budget(self) -> int:
+        return self.n_high
+
+
+@dataclass(frozen=True)
+class ReplayBudget:
+    """Replays a recorded budget trajectory, so ablations evict at exactly the rate and times of another run."""
+
+    trajectory: Sequence[int]
+    step: list[int] = None  # type: ignore[assignment]  # mutable cursor, set in __post_init__
+
+    def __post_init__(self) -> None:
+        if not self.trajectory:
+            raise ValueError("ReplayBudget needs a non-empty trajectory")
+        object.__setattr__(self, "step", [0])
+
+    def budget(self, confidence: float | None) -> int:
+        i = min(self.step[0], len(self.trajectory) - 1)
+        self.step[0] += 1
+        return int(self.trajectory[i])
+
+    @property
+    def max_budget(self) -> int:
+        return int(max(self.trajectory))
+
+
+def pyramid_budgets(global_budget: int, n_layers: int, spread: float = 0.5, minimum: int = 1) -> list[int]:
+    """PyramidKV-style split: budgets fall linearly with depth and average exactly `global_budget`.
+
+    Layer 0 gets about `(1 + spread) * global_budget`, the last layer `(1 - spread) * global_budget`; rounding
+    leftovers go to the shallowest layers so the sum is exactly `global_budget * n_layers`. `minimum` floors each
+    layer (the cache needs room for sinks and the protected window).
+    """
+    if n_layers < 1:
+        raise ValueError("n_layers must be >= 1")
+    if not 0.0 <= spread < 1.0:
+        raise ValueError(f"pyramid spread must be in [0, 1), got {spread}")
+    if global_budget < minimum:
+        raise ValueError(f"global budget {global_budget} is below the per-layer minimum {minimum}")
+    total = global_budget * n_layers
+    if n_layers == 1:
+        return [global_budget]
+    raw = [global_budget * (1 + spread - 2 * spread * i / (n_layers - 1)) for i in range(n_layers)]
+    budgets = [max(minimum, int(r)) for r in raw]
+    diff = total - sum(budgets)
+    i = 0
+    while diff != 0:  # hand out (or take back) single tokens, shallow layers first, never below the floor
+        idx = i % n_layers
+        if diff > 0:
+            budgets[idx] += 1
+            diff -= 1
+        elif budgets[idx] > minimum:
+            budgets[idx] -= 1
+            diff += 1
+        i += 1
+        if i > 10 * total + n_layers:
+            raise ValueError("cannot split the budget with this minimum")
+    return budgets

@@ -1,0 +1,66 @@
+"""Turn a next-token distribution into one confidence number in [0, 1].
+
+Conf-KV keeps more context when the model is unsure; this module is the "how unsure" part:
+    c = w_e * (1 - H(p) / log V) + w_m * sigmoid(logp_1 - logp_2) + w_p * max p
+All terms are computed from `log_softmax` in fp32, so a 150k vocabulary and extreme logits stay finite.
+
+Note on the scale: with the paper's sigmoid margin, a uniform distribution does not score 0 but the floor
+`w_m / 2 + w_p / V` (0.15 with default weights): the margin of two equal logits is sigmoid(0) = 0.5.
+`rescale=True` maps that floor to 0 and a one-hot distribution to 1, which is easier to threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+DEFAULT_WEIGHTS: tuple[float, float, float] = (0.4, 0.3, 0.3)
+
+
+def confidence(
+    logits: torch.Tensor, weights: Sequence[float] = DEFAULT_WEIGHTS, rescale: bool = False
+) -> torch.Tensor:
+    """Confidence of each distribution in `logits[..., V]`; returns a float32 tensor of shape `logits.shape[:-1]`."""
+    if logits.shape[-1] < 2:
+        raise ValueError(f"confidence needs a vocabulary of at least 2 tokens, got {logits.shape[-1]}")
+    w_e, w_m, w_p = (float(w) for w in weights)
+    vocab = logits.shape[-1]
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    p = logp.exp()
+    # p * logp -> 0 where p underflows to 0 (logp = -inf for masked logits would give nan otherwise).
+    entropy = -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1)
+    norm_entropy = (entropy / math.log(vocab)).clamp(0.0, 1.0)
+    top2 = logp.topk(2, dim=-1).values
+    margin = torch.sigmoid(top2[..., 0] - top2[..., 1])
+    max_p = top2[..., 0].exp()
+    c = w_e * (1.0 - norm_entropy) + w_m * margin + w_p * max_p
+    if rescale:
+        floor = w_m * 0.5 + w_p / vocab
+        top = w_e + w_m + w_p
+        c = (c - floor) / (top - floor)
+    return c.clamp(0.0, 1.0)
+
+
+class ConfidenceLogitsProcessor:
+    """A `transformers` logits processor that reports each step's confidence and leaves the scores untouched.
+
+    `model.generate(..., logits_processor=[ConfidenceLogitsProcessor(cache.set_confidence)])` lets the cache pick
+    the next step's budget from the model's own distribution. With a batch, the least confident row decides (the
+    cache has one budget per layer, and the uncertain sequence is the one that needs context).
+    """
+
+    def __init__(
+        self, sink: Callable[[float], None], weights: Sequence[float] = DEFAULT_WEIGHTS, rescale: bool = False
+    ) -> None:
+        self.sink = sink
+        self.weights = tuple(weights)
+        self.rescale = rescale
+        self.history: list[float] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        c = float(confidence(scores, self.weights, self.rescale).min())
+        self.history.append(c)
+        self.sink(c)
+        return scores

@@ -1,0 +1,118 @@
+"""Rankers: which evictable tokens are worth keeping.
+
+The cache owns the slots; a ranker only does arithmetic on per-slot tensors of shape `[B, H_kv, T]`:
+- `acc`: the ranker's accumulator (EMA or cumulative attention mass), updated after every attention call;
+- `pos`: absolute positions of the kept tokens.
+`rank` returns a score per slot: higher = keep. Eviction granularity is the KV head: each KV head keeps its own
+top tokens (the same count for every head), and a KV head's attention mass is the mean over the query heads of its
+GQA group and over the queries of the call.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+
+def recency(pos: torch.Tensor, now: int) -> torch.Tensor:
+    """1 for the newest kept token, falling linearly to 0 for the oldest one of each head."""
+    oldest = pos.amin(dim=-1, keepdim=True).float()
+    span = (now - oldest).clamp_min(1.0)
+    return (pos.float() - oldest) / span
+
+
+class Ranker(ABC):
+    """Scores slots; subclasses are small dataclasses so presets and `--set` overrides stay data."""
+
+    uses_attention: bool = True
+
+    def initial(self, acc: torch.Tensor | None, n_new: int, like: torch.Tensor) -> torch.Tensor:
+        """Accumulator values for `n_new` new tokens, shape `[B, H, n_new]` (default: 0)."""
+        return torch.zeros(*like.shape[:2], n_new, dtype=torch.float32, device=like.device)
+
+    def accumulate(self, acc: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
+        """Fold one attention call's mass `[B, H, T]` into the accumulator (default: unused)."""
+        return acc
+
+    @abstractmethod
+    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int) -> torch.Tensor: ...
+
+
+@dataclass
+class EMARanker(Ranker):
+    """Conf-KV: `alpha * EMA(attention mass) + (1 - alpha) * recency`.
+
+    The EMA is normalised by its per-head maximum so both terms live in [0, 1]. A new token starts at the mean EMA
+    of its head (not 0), so it is not the first to go before it had a chance to be attended (the H2O failure).
+    """
+
+    alpha: float = 0.5
+    decay: float = 0.9
+
+    def initial(self, acc: torch.Tensor | None, n_new: int, like: torch.Tensor) -> torch.Tensor:
+        fresh = super().initial(acc, n_new, like)
+        if acc is not None and acc.shape[-1] > 0:
+            fresh += acc.mean(dim=-1, keepdim=True)
+        return fresh
+
+    def accumulate(self, acc: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
+        return acc.mul_(self.decay).add_(mass, alpha=1.0 - self.decay)
+
+    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int) -> torch.Tensor:
+        ema = acc / acc.amax(dim=-1, keepdim=True).clamp_min(1e-12)
+        return self.alpha * ema + (1.0 - self.alpha) * recency(pos, now)
+
+
+@dataclass
+class AttentionRanker(EMARanker):
+    """Attention-only ablation: the EMA term alone (alpha = 1)."""
+
+    alpha: float = 1.0
+
+
+@dataclass
+class H2ORanker(Ranker):
+    """H2O heavy hitters: cumulative attention mass since the token arrived."""
+
+    def accumulate(self, acc: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
+        return acc.add_(mass)
+
+    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int) -> torch.Tensor:
+        return acc
+
+
+@dataclass
+class RecencyRanker(Ranker):
+    """Keep the newest tokens (with sinks this is StreamingLLM's sliding window)."""
+
+    uses_attention = False
+
+    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int) -> torch.Tensor:
+        return pos.float()
+
+
+@dataclass
+class RandomRanker(Ranker):
+    """Random eviction at a matched rate: the floor any informed ranker must beat. Seeded for repeatability."""
+
+    seed: int = 0
+    uses_attention = False
+
+    def __post_init__(self) -> None:
+        self._gen: torch.Generator | None = None
+
+    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int) -> torch.Tensor:
+        if self._gen is None:
+            self._gen = torch.Generator(device="cpu").manual_seed(self.seed)
+        return torch.rand(acc.shape, generator=self._gen).to(acc.device)
+
+
+RANKERS: dict[str, type[Ranker]] = {
+    "ema": EMARanker,
+    "attention": AttentionRanker,
+    "h2o": H2ORanker,
+    "recency": RecencyRanker,
+    "random": RandomRanker,
+}

@@ -1,0 +1,60 @@
+"""`confkv-agent traces ls|summary`, `replay` and `report` through typer's runner."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from agent.cli import app
+
+runner = CliRunner()
+
+
+def test_traces_ls_table_and_json(populated):
+    db = str(populated["path"])
+    result = runner.invoke(app, ["traces", "ls", "--db", db])
+    assert result.exit_code == 0, result.output
+    for task in ("shop-1", "shop-2", "forum-1"):
+        assert task in result.output
+    assert "confkv" in result.output and "success" in result.output
+    result = runner.invoke(app, ["traces", "ls", "--db", db, "--json", "--policy", "confkv", "--limit", "2"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["task_id"] for r in rows] == ["shop-2", "forum-1"] and {r["policy"] for r in rows} == {"confkv"}
+
+
+def test_missing_database_is_a_clear_error_not_a_traceback(tmp_path):
+    for args in (["traces", "ls"], ["replay", "1"], ["report", "--out", str(tmp_path / "r")], ["traces", "summary"]):
+        result = runner.invoke(app, [*args, "--db", str(tmp_path / "nope.sqlite")])
+        assert result.exit_code == 1, args
+        assert "no trace database at" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "nope.sqlite").exists()
+    result = runner.invoke(app, ["traces", "ls", "--db", str(tmp_path / "x"), "--status", "weird"])
+    assert result.exit_code == 1 and "--status must be one of running, done, error" in result.output
+
+
+def test_replay_episode_and_step(populated):
+    db = str(populated["path"])
+    ep = populated["episodes"][("confkv", "shop-2")]
+    result = runner.invoke(app, ["replay", str(ep), "--db", db])
+    assert result.exit_code == 0, result.output
+    assert "action click [3]" in result.output and "action click [5]" in result.output
+    assert "budget 128 -> 512" in result.output
+    result = runner.invoke(app, ["replay", str(ep), "--db", db, "--step", "2"])
+    assert result.exit_code == 0 and "action click [5]" in result.output and "click [3]" not in result.output
+    result = runner.invoke(app, ["replay", "999", "--db", db])
+    assert result.exit_code == 1 and "no episode 999" in result.output
+
+
+def test_report_and_summary(populated, tmp_path):
+    db = str(populated["path"])
+    result = runner.invoke(app, ["report", "--db", db, "--out", str(tmp_path / "png")])
+    assert result.exit_code == 0, result.output
+    written = [line for line in result.output.splitlines() if line.endswith(".png")]
+    assert len(written) == 4 and all((tmp_path / "png").joinpath(p.split("/")[-1]).stat().st_size > 0 for p in written)
+    result = runner.invoke(app, ["traces", "summary", "--db", db, "--json"])
+    assert result.exit_code == 0, result.output
+    policies = json.loads(result.output)["policies"]
+    assert policies["confkv"]["retention_vs_full"] == 0.5 and policies["confkv"]["peak_kv_ratio_vs_full"] == 0.25
+    assert runner.invoke(app, ["report", "--db", db]).exit_code == 2  # --out is required

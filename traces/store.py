@@ -1,0 +1,403 @@
+"""SQLite trace store: what every episode did, step by step and token by token, and what memory it used.
+
+Several eval worker processes write to one file at once, so every write is a short `BEGIN IMMEDIATE` transaction
+(the writer takes the lock up front, so SQLite's busy timeout applies instead of failing on a lock upgrade) in WAL
+mode (readers never block writers).  Lifecycle the episode runner follows:
+
+    store = TraceStore("runs/traces.sqlite")
+    run_id = store.start_run(model, "confkv", asdict(policy_config), resume=True)   # one run per policy
+    for task in tasks:
+        if task.id in store.finished_tasks(run_id): continue                          # resume after a crash
+        ep = store.start_episode(run_id, task.id)
+        store.add_decode_tokens(ep, step, [DecodeToken(...), ...]); store.add_step(ep, StepRecord(step=..., ...))
+        store.finish_episode(ep, success=..., peak_kv_bytes=..., ...)   # or store.fail_episode(ep, exc)
+    print(store.summary(run_ids=[...]).to_json())
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sqlite3
+import traceback
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from traces import DEFAULT_DB_PATH
+from traces.machine import git_revision as current_git_revision
+from traces.machine import machine_info
+from traces.records import DecodeToken, StepRecord
+from traces.schema import ensure_schema
+from traces.summary import TraceSummary, final_attempts, summarize
+
+_AUTO: Any = object()  # sentinel: "detect it" (git revision, machine info)
+_EPISODE_SELECT = "select e.*, r.model from episodes e join runs r on r.id = e.run_id"
+
+
+class TraceStoreError(RuntimeError):
+    """A trace database problem a user can act on (missing file, unknown id, episode already finished)."""
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def run_key(model: str, policy: str, policy_config: Mapping[str, Any] | None) -> str:
+    """Stable id of an experiment: same model, policy and config -> same key, whatever the dict order."""
+    payload = json.dumps({"model": model, "policy": policy, "config": policy_config or {}}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+class TraceStore:
+    """Read and write one trace database.  One instance per process (sqlite connections are not fork-safe)."""
+
+    def __init__(self, path: str | Path = DEFAULT_DB_PATH, *, create: bool = True, busy_timeout_s: float = 60.0):
+        self.path = Path(path)
+        if not create and not self.path.is_file():
+            raise TraceStoreError(
+                f"no trace database at {self.path} (run `confkv-agent run TASK.yaml` or `confkv-agent eval` to "
+                "create one, or pass --db PATH)"
+            )
+        if create:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.conn = sqlite3.connect(str(self.path), timeout=busy_timeout_s)
+            self.db = sqlite_utils.Database(self.conn)
+            self.conn.execute("PRAGMA foreign_keys = ON")
+            if create:
+                self.db.enable_wal()
+                self.conn.execute("PRAGMA synchronous = NORMAL")  # durable across process crashes in WAL mode
+                with self._write():
+                    ensure_schema(self.db)
+            else:
+                missing = {"runs", "episodes", "steps", "decode_tokens"} - set(self.db.table_names())
+                if missing:
+                    raise TraceStoreError(
+                        f"{self.path} is not a confkv trace database (missing tables: {sorted(missing)})"
+                    )
+        except sqlite3.DatabaseError as exc:
+            raise TraceStoreError(f"cannot open trace database {self.path}: {exc}") from exc
+
+    @classmethod
+    def open_existing(cls, path: str | Path = DEFAULT_DB_PATH) -> TraceStore:
+        """Open for reading/annotating without creating anything; a missing file is a TraceStoreError."""
+        return cls(path, create=False)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> TraceStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite_utils.Database]:
+        """One immediate write transaction: waits (busy timeout) for other writers instead of failing."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.conn.rollback()
+            raise
+        self.conn.execute("COMMIT")
+
+    # ---------------------------------------------------------------- runs
+
+    def start_run(
+        self,
+        model: str,
+        policy: str,
+        policy_config: Mapping[str, Any] | Any | None = None,
+        *,
+        notes: str | None = None,
+        resume: bool = False,
+        git_revision: str | None = _AUTO,
+        machine: Mapping[str, Any] | None = _AUTO,
+    ) -> int:
+        """Record a run (one model with one policy configuration) and return its id.
+
+        `policy_config` is a mapping or a dataclass (e.g. `PolicyConfig`).  With `resume=True` the latest run with
+        the same model, policy and config is returned instead of a new one, so a re-launched eval adds its
+        episodes to the run it interrupted and `finished_tasks(run_id)` tells it what to skip.
+        """
+        if not model or not policy:
+            raise ValueError("start_run needs a model name and a policy name")
+        if dataclasses.is_dataclass(policy_config) and not isinstance(policy_config, type):
+            policy_config = dataclasses.asdict(policy_config)
+        if policy_config is not None and not isinstance(policy_config, Mapping):
+            raise TypeError(f"policy_config must be a mapping or a dataclass, got {type(policy_config).__name__}")
+        config = dict(policy_config or {})
+        key = run_key(model, policy, config)
+        # provenance is gathered before taking the write lock: `git status` must not stall other writers
+        revision = current_git_revision() if git_revision is _AUTO else git_revision
+        machine_json = json.dumps(machine_info() if machine is _AUTO else machine, default=str)
+        with self._write() as db:
+            if resume:
+                row = db.execute("select id from runs where run_key = ? order by id desc limit 1", [key]).fetchone()
+                if row:
+                    return int(row[0])
+            return (
+                db["runs"]
+                .insert(
+                    {
+                        "created": now_iso(),
+                        "run_key": key,
+                        "model": model,
+                        "policy": policy,
+                        "policy_config": json.dumps(config, sort_keys=True, default=str),
+                        "git_revision": revision,
+                        "machine": machine_json,
+                        "notes": notes,
+                    }
+                )
+                .last_pk
+            )
+
+    def run(self, run_id: int) -> dict[str, Any]:
+        rows = list(self.db.query("select * from runs where id = ?", [run_id]))
+        if not rows:
+            raise TraceStoreError(f"no run {run_id} in {self.path}")
+        return _decode_run(rows[0])
+
+    def runs(self) -> list[dict[str, Any]]:
+        return [_decode_run(r) for r in self.db.query("select * from runs order by id")]
+
+    # ---------------------------------------------------------------- episodes
+
+    def start_episode(self, run_id: int, task_id: str, policy: str | None = None) -> int:
+        """Open an episode (status 'running') and return its id.
+
+        An earlier attempt at the same task in the same run that is still 'running' was left by a crashed or killed
+        process: it is closed as 'error' so listings and summaries do not show a phantom live episode.
+        """
+        with self._write() as db:
+            row = db.execute("select policy from runs where id = ?", [run_id]).fetchone()
+            if row is None:
+                raise TraceStoreError(f"no run {run_id} in {self.path}; call start_run first")
+            if policy is not None and policy != row[0]:
+                raise ValueError(f"run {run_id} is for policy {row[0]!r}, not {policy!r}: start one run per policy")
+            episode_id = (
+                db["episodes"]
+                .insert(
+                    {
+                        "run_id": run_id,
+                        "task_id": str(task_id),
+                        "policy": row[0],
+                        "status": "running",
+                        "started": now_iso(),
+                    }
+                )
+                .last_pk
+            )
+            db.execute(
+                "update episodes set status = 'error', success = 0, finished = ?, "
+                "error = 'interrupted: left running by an earlier process; rerun as episode ' || ? "
+                "where run_id = ? and task_id = ? and status = 'running' and id != ?",
+                [now_iso(), episode_id, run_id, str(task_id), episode_id],
+            )
+            return int(episode_id)
+
+    def add_step(self, episode_id: int, record: StepRecord | None = None, **fields: Any) -> None:
+        """Record one step, as a `StepRecord` or as its fields (`add_step(ep, step=0, action="click [3]")`)."""
+        if record is None:
+            record = StepRecord(**fields)
+        elif fields:
+            raise TypeError("pass either a StepRecord or keyword fields, not both")
+        row = record.to_row(episode_id)
+        with self._write() as db:
+            self._require_running(episode_id)
+            try:
+                db["steps"].insert(row)
+            except sqlite3.IntegrityError as exc:
+                raise TraceStoreError(f"step {record.step} of episode {episode_id} is already recorded") from exc
+
+    def add_decode_tokens(self, episode_id: int, step: int, rows: Iterable[DecodeToken | Mapping[str, Any]]) -> int:
+        """Record the decoding tokens of one step (confidence, budget, cache size); returns how many."""
+        records = [r if isinstance(r, DecodeToken) else DecodeToken(**r) for r in rows]
+        table_rows = [r.to_row(episode_id, step) for r in records]
+        with self._write() as db:
+            self._require_running(episode_id)
+            try:
+                db["decode_tokens"].insert_all(table_rows)
+            except sqlite3.IntegrityError as exc:
+                raise TraceStoreError(f"decode tokens of step {step}, episode {episode_id} already recorded") from exc
+        return len(table_rows)
+
+    def finish_episode(
+        self,
+        episode_id: int,
+        *,
+        success: bool,
+        score: float | None = None,
+        eval_reason: str | None = None,
+        peak_kv_bytes: int | None = None,
+        full_kv_bytes: int | None = None,
+        peak_rss_bytes: int | None = None,
+        peak_cuda_bytes: int | None = None,
+        wall_s: float | None = None,
+    ) -> None:
+        """Close an episode as evaluated.  Step totals are summed from its `steps` rows; `peak_kv_bytes` defaults
+        to the largest per-step `kv_bytes` and `wall_s` to the time since `start_episode`."""
+        if score is not None and not 0.0 <= score <= 1.0:
+            raise ValueError(f"score must be in [0, 1], got {score}")
+        self._close(
+            episode_id,
+            "done",
+            success=int(bool(success)),
+            score=float(success) if score is None else float(score),
+            eval_reason=eval_reason,
+            peak_kv_bytes=peak_kv_bytes,
+            full_kv_bytes=full_kv_bytes,
+            peak_rss_bytes=peak_rss_bytes,
+            peak_cuda_bytes=peak_cuda_bytes,
+            wall_s=wall_s,
+        )
+
+    def fail_episode(
+        self,
+        episode_id: int,
+        error: str | BaseException,
+        *,
+        peak_kv_bytes: int | None = None,
+        full_kv_bytes: int | None = None,
+        peak_rss_bytes: int | None = None,
+        peak_cuda_bytes: int | None = None,
+        wall_s: float | None = None,
+    ) -> None:
+        """Close an episode that raised.  It counts as a failure in summaries, and `finished_tasks` does not list
+        it unless asked to, so a resumed eval retries it (most errors are a crashed browser or a Ctrl-C)."""
+        if isinstance(error, BaseException):
+            error = "".join(traceback.format_exception(type(error), error, error.__traceback__)).strip()
+        self._close(
+            episode_id,
+            "error",
+            success=0,
+            score=0.0,
+            error=str(error),
+            peak_kv_bytes=peak_kv_bytes,
+            full_kv_bytes=full_kv_bytes,
+            peak_rss_bytes=peak_rss_bytes,
+            peak_cuda_bytes=peak_cuda_bytes,
+            wall_s=wall_s,
+        )
+
+    def _close(self, episode_id: int, status: str, **fields: Any) -> None:
+        with self._write() as db:
+            started = self._require_running(episode_id)
+            totals = db.execute(
+                "select count(*), sum(prefilled_tokens), sum(output_tokens), sum(decode_ms), sum(prefill_ms), "
+                "max(kv_bytes) from steps where episode_id = ?",
+                [episode_id],
+            ).fetchone()
+            finished = now_iso()
+            if fields.get("peak_kv_bytes") is None:
+                fields["peak_kv_bytes"] = totals[5]
+            if fields.get("wall_s") is None:
+                elapsed = datetime.fromisoformat(finished) - datetime.fromisoformat(started)
+                fields["wall_s"] = elapsed.total_seconds()
+            fields.update(
+                status=status,
+                finished=finished,
+                steps=totals[0],
+                prefilled_tokens=totals[1],
+                output_tokens=totals[2],
+                decode_ms=totals[3],
+                prefill_ms=totals[4],
+            )
+            db["episodes"].update(episode_id, fields)
+
+    def _require_running(self, episode_id: int) -> str:
+        """The episode's start time; raises if it does not exist or is already closed."""
+        row = self.conn.execute("select status, started from episodes where id = ?", [episode_id]).fetchone()
+        if row is None:
+            raise TraceStoreError(f"no episode {episode_id} in {self.path}")
+        if row[0] != "running":
+            raise TraceStoreError(f"episode {episode_id} is already {row[0]}; it cannot be changed")
+        return row[1]
+
+    # ---------------------------------------------------------------- resume
+
+    def finished_tasks(self, run_id: int, *, include_errors: bool = False) -> set[str]:
+        """Task ids a resumed run should skip: those with a 'done' episode (and 'error' ones if asked)."""
+        statuses = ("done", "error") if include_errors else ("done",)
+        marks = ",".join("?" * len(statuses))
+        sql = f"select distinct task_id from episodes where run_id = ? and status in ({marks})"
+        return {r[0] for r in self.conn.execute(sql, [run_id, *statuses])}
+
+    def finished_keys(self, *, model: str | None = None, include_errors: bool = False) -> set[tuple[str, str, str]]:
+        """(task_id, policy, model) triples already done in ANY run: for a resume that ignores config changes."""
+        statuses = ("done", "error") if include_errors else ("done",)
+        sql = (
+            f"select distinct e.task_id, e.policy, r.model from episodes e join runs r on r.id = e.run_id "
+            f"where e.status in ({','.join('?' * len(statuses))})"
+        )
+        params: list[Any] = list(statuses)
+        if model is not None:
+            sql += " and r.model = ?"
+            params.append(model)
+        return {(t, p, m) for t, p, m in self.conn.execute(sql, params)}
+
+    # ---------------------------------------------------------------- reading
+
+    def episode(self, episode_id: int) -> dict[str, Any]:
+        rows = list(self.db.query(f"{_EPISODE_SELECT} where e.id = ?", [episode_id]))
+        if not rows:
+            raise TraceStoreError(f"no episode {episode_id} in {self.path} (`confkv-agent traces ls` lists them)")
+        return rows[0]
+
+    def episodes(
+        self,
+        *,
+        run_ids: Iterable[int] | None = None,
+        policy: str | None = None,
+        model: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Episodes (with their run's model), oldest first; `limit` keeps the most recent N."""
+        where, params = [], []
+        if run_ids is not None:
+            ids = list(run_ids)
+            where.append(f"e.run_id in ({','.join('?' * len(ids))})" if ids else "0")
+            params += ids
+        for column, value in (("e.policy", policy), ("r.model", model), ("e.status", status)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        sql = _EPISODE_SELECT + (" where " + " and ".join(where) if where else "") + " order by e.id desc"
+        if limit is not None:
+            sql += f" limit {int(limit)}"
+        return list(reversed(list(self.db.query(sql, params))))
+
+    def steps(self, episode_id: int) -> list[dict[str, Any]]:
+        rows = list(self.db.query("select * from steps where episode_id = ? order by step", [episode_id]))
+        for row in rows:
+            row["kept_tokens_per_layer"] = json.loads(row["kept_tokens_per_layer"] or "[]")
+        return rows
+
+    def decode_tokens(self, episode_id: int, step: int | None = None) -> list[dict[str, Any]]:
+        sql, params = "select * from decode_tokens where episode_id = ?", [episode_id]
+        if step is not None:
+            sql += " and step = ?"
+            params.append(step)
+        return list(self.db.query(sql + " order by step, token_index", params))
+
+    def summary(
+        self, *, run_ids: Iterable[int] | None = None, model: str | None = None, baseline: str = "full"
+    ) -> TraceSummary:
+        """Per-policy summary of the selected runs' final attempts (see `traces.summary`)."""
+        return summarize(final_attempts(self.episodes(run_ids=run_ids, model=model)), baseline=baseline)
+
+
+def _decode_run(row: dict[str, Any]) -> dict[str, Any]:
+    row["policy_config"] = json.loads(row["policy_config"] or "{}")
+    row["machine"] = json.loads(row["machine"] or "null")
+    return row
