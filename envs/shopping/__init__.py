@@ -1,0 +1,1 @@
+"""OneStopShop: the self-hosted shopping site (catalog, cart, checkout, orders, account)."""
