@@ -91,12 +91,10 @@ class PolicyConfig:
             if not 0.0 <= self.tau <= 1.0:
                 raise PolicyError(f"tau must be in [0, 1], got {self.tau}")
         for b in lows:
-            floor = self.min_layer_budget * (2 if self.pyramid else 1)
-            if b < floor:
+            if b < self.min_layer_budget:  # the pyramid floors every layer at the same minimum
                 raise PolicyError(
                     f"policy {self.name!r}: budget {b} leaves no room to evict: it must be >= "
                     f"sinks ({self.sinks}) + protected window ({self.protected}) + 1"
-                    + (" (x2 for the pyramid's smallest layer)" if self.pyramid else "")
                 )
         if self.int8_after is not None and self.int8_after < 1:
             raise PolicyError("int8_after must be >= 1 (or None to disable INT8)")

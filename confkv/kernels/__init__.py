@@ -1,0 +1,76 @@
+"""Attention over one layer's segmented cache (INT8 slots + model-dtype slots), with optional attention mass.
+
+`segmented_attention` is the single entry point the cache calls. It picks the backend:
+- the Triton kernel (`confkv.kernels.triton_decode`) when q is on CUDA and Triton imports;
+- otherwise the PyTorch reference (`confkv.kernels.reference`), which is also the CPU production path.
+`CONFKV_ATTENTION=reference|triton` overrides the choice (`triton` on CPU tensors needs `TRITON_INTERPRET=1`).
+Triton is imported lazily, so this package imports and runs on machines without it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import torch
+
+from confkv.kernels.reference import reference_attention
+from confkv.kernels.segments import SegmentedKV, dequantize, quantize_int8
+
+__all__ = [
+    "SegmentedKV",
+    "dequantize",
+    "quantize_int8",
+    "reference_attention",
+    "segmented_attention",
+    "select_backend",
+    "triton_available",
+]
+
+BACKEND_ENV = "CONFKV_ATTENTION"
+_BACKENDS = ("reference", "triton")
+
+
+@functools.cache
+def triton_available() -> bool:
+    """True if `triton` is installed and imports (checked once; importing it is slow)."""
+    if importlib.util.find_spec("triton") is None:
+        return False
+    try:
+        import triton  # noqa: F401
+    except Exception:  # a broken triton install must not break the CPU path
+        return False
+    return True
+
+
+def select_backend(q: torch.Tensor) -> str:
+    """`reference` or `triton` for this query tensor, honouring the `CONFKV_ATTENTION` override."""
+    forced = os.environ.get(BACKEND_ENV, "").strip().lower()
+    if forced:
+        if forced not in _BACKENDS:
+            raise ValueError(f"{BACKEND_ENV}={forced!r}: expected one of {', '.join(_BACKENDS)}")
+        if forced == "triton" and not triton_available():
+            raise RuntimeError(f"{BACKEND_ENV}=triton but triton is not importable")
+        return forced
+    return "triton" if q.is_cuda and triton_available() else "reference"
+
+
+def segmented_attention(
+    q: torch.Tensor,
+    kv: SegmentedKV,
+    q_pos: torch.Tensor | None = None,
+    scaling: float | None = None,
+    return_mass: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Attention of `q [B,Hq,L,D]` over `kv`; returns `(out [B,Hq,L,D] in q.dtype, mass [B,Hq,Tq+Tf] fp32 | None)`.
+
+    Contract (docs/ARCHITECTURE.md): keys are the INT8 slots then the model-dtype slots; with `q_pos [B,L]` a key is
+    visible iff its position <= the query's; `mass` is the softmax probability averaged over the L queries and sums
+    to 1 per query head. `scaling` defaults to D**-0.5.
+    """
+    if select_backend(q) == "triton":
+        from confkv.kernels.triton_decode import triton_attention
+
+        return triton_attention(q, kv, q_pos, scaling, return_mass)
+    return reference_attention(q, kv, q_pos, scaling, return_mass)
