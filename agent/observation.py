@@ -1,0 +1,197 @@
+"""What the model sees each step: the pruned accessibility tree of the active tab, its URL and the open tabs.
+
+Why an accessibility tree from CDP: it gives roles and computed names ("button 'Add to cart'"), which is what a
+small model can ground actions on, at a fraction of the DOM's size. Chromium's full tree is noisy (InlineTextBox per
+text run, ignored wrappers, unnamed divs, text that repeats its link's name), so we prune hard: every line costs
+prefill time on a 2-core CPU. Ids are small integers assigned in document order per observation (fewer tokens than
+Chromium's backend node ids) and are stable for an unchanged page state; `ids` maps them back to backend DOM nodes
+for the executor.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agent.actions import quote_name
+
+if TYPE_CHECKING:
+    from agent.browser import BrowserSession
+
+# Subtrees that never carry information for the agent.
+DROP_ROLES = {"InlineTextBox", "LineBreak", "ListMarker"}
+# Containers that are only layout when they have no name: their children move up one level.
+COLLAPSE_ROLES = {
+    "generic", "none", "presentation", "GenericContainer", "LabelText", "paragraph", "Section", "div",
+    "list", "listitem", "Pre", "Abbr", "Ruby", "time", "emphasis", "strong", "mark", "subscript", "superscript",
+    "group", "contentinfo", "banner", "DescriptionList", "DescriptionListTerm", "DescriptionListDetail", "term",
+    "definition", "blockquote", "figure", "caption", "code", "deletion", "insertion", "MenuListPopup",
+}  # fmt: skip
+# Editable fields: their children are the value's own text nodes, shown as `value=` instead.
+TEXT_FIELDS = {"textbox", "searchbox", "spinbutton"}
+VALUE_ROLES = TEXT_FIELDS | {"combobox", "slider", "progressbar"}
+CHECKABLE_ROLES = {"checkbox", "radio", "switch", "menuitemcheckbox", "menuitemradio"}
+_SPACE = re.compile(r"\s+")
+
+
+class ObservationError(RuntimeError):
+    """The page could not be read although the browser is alive (e.g. it kept navigating)."""
+
+
+@dataclass
+class Observation:
+    """One step's view of the browser. `text` is the tree; `render()` is the prompt block."""
+
+    text: str
+    url: str
+    title: str
+    tabs: list[str]
+    active_tab: int
+    ids: dict[int, int] = field(default_factory=dict)  # observation id -> CDP backendDOMNodeId
+    nodes: dict[int, tuple[str, str]] = field(default_factory=dict)  # observation id -> (role, name)
+    truncated: int = 0  # nodes left out because of max_nodes
+
+    def render(self) -> str:
+        tabs = ", ".join(
+            f"[{i}] {quote_name(t or 'untitled')}" + (" (current)" if i == self.active_tab else "")
+            for i, t in enumerate(self.tabs)
+        )
+        return f"Tabs: {tabs}\nURL: {self.url}\n{self.text}"
+
+    @property
+    def chars(self) -> int:
+        return len(self.render())
+
+
+def _clean(text: Any, limit: int) -> str:
+    text = _SPACE.sub(" ", str(text or "")).strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _props(node: dict[str, Any], role: str, with_url: bool, limit: int) -> list[str]:
+    """The states that change what an action does: focus, checked, expanded, disabled, required, selected, value."""
+    props = {p["name"]: p.get("value", {}).get("value") for p in node.get("properties") or []}
+    out: list[str] = []
+    if role in VALUE_ROLES:
+        value = _clean((node.get("value") or {}).get("value"), limit)
+        if value:
+            out.append(f"value={quote_name(value)}")
+    if role in CHECKABLE_ROLES:
+        checked = props.get("checked")
+        out.append({"true": "checked", "mixed": "mixed"}.get(str(checked).lower(), "unchecked"))
+    if "expanded" in props:
+        out.append("expanded" if props["expanded"] else "collapsed")
+    for flag in ("selected", "required", "disabled", "focused"):
+        if props.get(flag) is True:
+            out.append(flag)
+    if with_url and role == "link" and props.get("url"):
+        out.append(f"url={props['url']}")
+    return out
+
+
+@dataclass
+class _Entry:
+    depth: int
+    role: str
+    name: str
+    backend: int | None
+    props: list[str]
+
+
+def _walk(ax_nodes: list[dict[str, Any]], link_urls: bool, max_name_chars: int) -> list[_Entry]:
+    """Depth-first walk in document order applying the pruning rules; returns the nodes worth showing."""
+    by_id = {n["nodeId"]: n for n in ax_nodes}
+    roots = [n for n in ax_nodes if not n.get("parentId") or n["parentId"] not in by_id]
+    entries: list[_Entry] = []
+    # Stack of (node, depth, name of the nearest shown ancestor); children pushed reversed to keep document order.
+    stack: list[tuple[dict[str, Any], int, str]] = [(r, 0, "") for r in reversed(roots)]
+    while stack:
+        node, depth, parent_name = stack.pop()
+        role = (node.get("role") or {}).get("value", "")
+        name = _clean((node.get("name") or {}).get("value"), max_name_chars)
+        if role in DROP_ROLES or (role in {"img", "image", "StaticText"} and not name):
+            continue
+        children = [by_id[c] for c in node.get("childIds") or [] if c in by_id]
+        if role == "StaticText" and name in parent_name:  # text that only repeats its link/button/heading name
+            continue
+        if node.get("ignored") or role == "RootWebArea" or (role in COLLAPSE_ROLES and not name):
+            stack.extend((c, depth, parent_name) for c in reversed(children))
+            continue
+        entries.append(
+            _Entry(depth, role, name, node.get("backendDOMNodeId"), _props(node, role, link_urls, max_name_chars))
+        )
+        if role not in TEXT_FIELDS:
+            stack.extend((c, depth + 1, name) for c in reversed(children))
+    return entries
+
+
+def _drop_label_echoes(entries: list[_Entry]) -> list[_Entry]:
+    """Drop label text right before or after the control it names (`Query` + `textbox 'Query'`): pure repetition."""
+    keep = []
+    for i, e in enumerate(entries):
+        if e.role == "StaticText":
+            neighbours = entries[max(0, i - 1) : i] + entries[i + 1 : i + 2]
+            if any(n.role != "StaticText" and n.name == e.name for n in neighbours):
+                continue
+        keep.append(e)
+    return keep
+
+
+def format_tree(
+    ax_nodes: list[dict[str, Any]], max_nodes: int = 400, link_urls: bool = False, max_name_chars: int = 150
+) -> tuple[list[str], dict[int, int], dict[int, tuple[str, str]], int]:
+    """Prune and render CDP `Accessibility.getFullAXTree` nodes. Returns (lines, ids, nodes, truncated_count).
+
+    Pure function of the CDP payload, so the pruning rules are testable without a browser.
+    """
+    entries = _drop_label_echoes(_walk(ax_nodes, link_urls, max_name_chars))
+    lines: list[str] = []
+    ids: dict[int, int] = {}
+    nodes: dict[int, tuple[str, str]] = {}
+    for oid, e in enumerate(entries[:max_nodes], start=1):
+        if e.backend is not None:
+            ids[oid] = e.backend
+        nodes[oid] = (e.role, e.name)
+        parts = [f"[{oid}] {e.role}"] + ([quote_name(e.name)] if e.name else []) + e.props
+        lines.append("  " * e.depth + " ".join(parts))
+    return lines, ids, nodes, max(0, len(entries) - max_nodes)
+
+
+def observe(
+    session: BrowserSession, max_nodes: int = 400, link_urls: bool = False, max_name_chars: int = 150
+) -> Observation:
+    """Observe the active tab. Raises `BrowserCrashed` if the browser died, `ObservationError` if the page stays unreadable; waits (bounded) for DOM content."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    page = session.active_page
+    session.chromium_pids()  # keep track of renderers spawned by navigation, so shutdown can reap them
+    try:
+        page.wait_for_load_state("domcontentloaded", timeout=session.timeout_ms)
+    except PlaywrightError:
+        pass  # a slow page is still observable; the tree shows what is there
+    for attempt in range(2):
+        try:
+            tree = session.cdp_send("Accessibility.getFullAXTree", page=page)
+            pages = session.pages
+            tabs = [p.title() for p in pages]
+            title = page.title()
+            break
+        except PlaywrightError as exc:
+            session.check_alive()  # raises BrowserCrashed with the real reason when the browser died
+            if attempt == 1:
+                raise ObservationError(f"could not read the accessibility tree of {page.url}: {exc}") from exc
+            page.wait_for_timeout(300)  # usually a navigation replaced the document mid-read; try once more
+    lines, ids, nodes, truncated = format_tree(tree["nodes"], max_nodes, link_urls, max_name_chars)
+    if truncated:
+        lines.append(f"... {truncated} more elements not shown")
+    return Observation(
+        text="\n".join(lines),
+        url=page.url,
+        title=title,
+        tabs=tabs,
+        active_tab=pages.index(page),
+        ids=ids,
+        nodes=nodes,
+        truncated=truncated,
+    )

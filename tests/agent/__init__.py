@@ -1,0 +1,1 @@
+"""Tests of the agent runtime: browser, observations, actions, executor, stop rules."""

@@ -1,0 +1,81 @@
+"""Pruning rules of the accessibility-tree rendering, on a hand-written CDP payload (no browser needed)."""
+
+from __future__ import annotations
+
+from agent.observation import Observation, format_tree
+
+
+def node(nid, role, name="", parent=None, children=(), backend=None, ignored=False, props=None, value=None):
+    n = {
+        "nodeId": str(nid),
+        "ignored": ignored,
+        "role": {"type": "role", "value": role},
+        "name": {"type": "computedString", "value": name},
+        "childIds": [str(c) for c in children],
+        "backendDOMNodeId": backend if backend is not None else nid + 100,
+        "properties": [{"name": k, "value": {"type": "x", "value": v}} for k, v in (props or {}).items()],
+    }
+    if parent is not None:
+        n["parentId"] = str(parent)
+    if value is not None:
+        n["value"] = {"type": "string", "value": value}
+    return n
+
+
+PAYLOAD = [
+    node(1, "RootWebArea", "Shop", children=[2]),
+    node(2, "generic", parent=1, children=[3, 6, 9, 12, 14], ignored=True),
+    node(3, "link", "My Orders", parent=2, children=[4], props={"url": "http://x/orders"}),
+    node(4, "StaticText", "My Orders", parent=3, children=[5]),
+    node(5, "InlineTextBox", "My Orders", parent=4),
+    node(6, "generic", parent=2, children=[7, 8]),
+    node(7, "StaticText", "Search", parent=6),
+    node(8, "textbox", "Search", parent=6, children=[10], value="shoes", props={"focused": True, "required": True}),
+    node(10, "generic", parent=8, children=[11]),
+    node(11, "StaticText", "shoes", parent=10),
+    node(9, "checkbox", "Gift wrap", parent=2, props={"checked": "false", "disabled": True}),
+    node(12, "img", "", parent=2),
+    node(14, "button", "Add to cart 'now'", parent=2, props={"expanded": False}),
+]
+
+
+def test_prunes_noise_and_shows_states() -> None:
+    lines, ids, nodes, truncated = format_tree(PAYLOAD)
+    assert lines == [
+        "[1] link 'My Orders'",
+        "[2] textbox 'Search' value='shoes' required focused",
+        "[3] checkbox 'Gift wrap' unchecked disabled",
+        "[4] button \"Add to cart 'now'\" collapsed",
+    ]
+    assert ids == {1: 103, 2: 108, 3: 109, 4: 114}
+    assert nodes[2] == ("textbox", "Search")
+    assert truncated == 0
+
+
+def test_nesting_indents_and_link_urls_are_optional() -> None:
+    payload = [
+        node(1, "RootWebArea", "", children=[2]),
+        node(2, "navigation", "Main", parent=1, children=[3]),
+        node(3, "link", "Home", parent=2, props={"url": "http://x/"}),
+    ]
+    lines, *_ = format_tree(payload, link_urls=True)
+    assert lines == ["[1] navigation 'Main'", "  [2] link 'Home' url=http://x/"]
+
+
+def test_max_nodes_truncates_and_counts() -> None:
+    payload = [node(1, "RootWebArea", "", children=list(range(2, 12)))]
+    payload += [node(i, "link", f"item {i}", parent=1) for i in range(2, 12)]
+    lines, ids, _, truncated = format_tree(payload, max_nodes=4)
+    assert len(lines) == 4 and truncated == 6 and max(ids) == 4
+
+
+def test_long_names_are_cut() -> None:
+    payload = [node(1, "RootWebArea", "", children=[2]), node(2, "StaticText", "x" * 500, parent=1)]
+    lines, *_ = format_tree(payload, max_name_chars=20)
+    assert len(lines[0]) < 40 and lines[0].endswith("…'")
+
+
+def test_render_lists_tabs_and_url() -> None:
+    obs = Observation(text="[1] link 'A'", url="http://h/a", title="B", tabs=["A", "B"], active_tab=1)
+    assert obs.render() == "Tabs: [0] 'A', [1] 'B' (current)\nURL: http://h/a\n[1] link 'A'"
+    assert obs.chars == len(obs.render())
