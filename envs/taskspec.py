@@ -1,0 +1,375 @@
+"""Task format: pydantic models for `tasks/*.yaml`, a loader with located errors, and a WebArena/VWA JSON importer.
+
+Why this shape: task files are written by hand, so every mistake must point at the file, the key path and, where the
+YAML parser knows it, the line ("tasks/shopping_003.yaml: eval.reference_answers.must_include: expected a list, got
+str (line 14)"). Pydantic checks types and shape (strict: a quoted "true" is not a bool, 100234 is not a string);
+checks that need the whole task (placeholders vs `sites`, task-id ranges, the action grammar) run after it and are
+reported the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from envs.server import PLACEHOLDER_RE, expand_url
+from envs.sites import SITES
+
+SiteName = Literal["shopping", "classifieds", "forum"]
+EvalType = Literal["string_match", "url_match", "program_html"]
+
+#: Placeholder -> site (from the site registry). Task files never hold real ports; the runner expands these with
+#: `Sites.urls`.
+PLACEHOLDERS: dict[str, str] = {spec.placeholder: name for name, spec in SITES.items()}
+#: task_id ranges by site (single-site tasks) and for cross-site tasks.
+ID_RANGES: dict[str, range] = {
+    "shopping": range(1, 100),
+    "classifieds": range(101, 200),
+    "forum": range(201, 300),
+    "cross-site": range(301, 400),
+}
+TAB_SEPARATOR = " |AND| "
+OR_SEPARATOR = " |OR| "
+NOT_ACHIEVABLE = "N/A"
+
+_STOP_RE = re.compile(r"^\s*stop\s*\[(.*)\]\s*$", re.DOTALL)
+_GOTO_RE = re.compile(r"^\s*goto\s*\[(.*)\]\s*$", re.DOTALL)
+
+
+class TaskSpecError(ValueError):
+    """A task file (or several) is invalid; `.errors` holds one located message per problem."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = errors
+        super().__init__("\n".join(errors))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class Contents(_Strict):
+    """Expected text: `exact_match` (whole cleaned text), `must_include` / `must_exclude` (items may hold
+    ` |OR| ` alternatives). Used by string_match (`reference_answers`) and program_html (`required_contents`)."""
+
+    exact_match: str | None = None
+    must_include: list[str] | None = None
+    must_exclude: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Contents:
+        if self.exact_match is None and not self.must_include and not self.must_exclude:
+            raise ValueError("needs at least one of exact_match, must_include, must_exclude")
+        for name in ("must_include", "must_exclude"):
+            if any(not item.strip() for item in getattr(self, name) or []):
+                raise ValueError(f"{name} holds an empty string")
+        return self
+
+    @property
+    def is_not_achievable(self) -> bool:
+        """True when the reference says the task cannot be done ("N/A")."""
+        refs = [self.exact_match] if self.exact_match is not None else []
+        refs += self.must_include or []
+        return any(ref.strip().upper() == NOT_ACHIEVABLE for ref in refs)
+
+
+class HtmlCheck(_Strict):
+    """One program_html check: where to look (`url`: "last" or a placeholder URL), what to read (`locator`: ""
+    for the page text, else a JS expression), and what it must contain."""
+
+    url: str
+    locator: str
+    required_contents: Contents
+
+
+class EvalSpec(_Strict):
+    eval_types: list[EvalType]
+    reference_answers: Contents | None = None
+    reference_url: str | None = None
+    url_note: Literal["EXACT", "GOLD in PRED"] = "GOLD in PRED"
+    program_html: list[HtmlCheck] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EvalSpec:
+        """Each eval type needs its data, and data without its eval type is a mistake (it would be ignored)."""
+        if len(set(self.eval_types)) != len(self.eval_types):
+            raise ValueError(f"eval_types has duplicates: {self.eval_types}")
+        pairs = (
+            ("string_match", "reference_answers", self.reference_answers is not None),
+            ("url_match", "reference_url", bool(self.reference_url)),
+            ("program_html", "program_html", bool(self.program_html)),
+        )
+        for eval_type, key, present in pairs:
+            if eval_type in self.eval_types and not present:
+                raise ValueError(f"eval_types has '{eval_type}' but {key} is missing or empty")
+            if present and eval_type not in self.eval_types:
+                raise ValueError(f"{key} is given but '{eval_type}' is not in eval_types")
+        return self
+
+
+class Task(_Strict):
+    task_id: int = Field(ge=1)
+    sites: list[SiteName] = Field(min_length=1, max_length=2)
+    intent: str = Field(min_length=1)
+    start_url: str = Field(min_length=1)
+    require_login: bool = False
+    require_reset: bool = False
+    difficulty: Literal["easy", "medium", "hard"] = "medium"
+    memory_span: Literal["short", "long"] = "short"
+    eval: EvalSpec
+    reference_solution: list[str] = Field(default_factory=list)
+    #: Imported fields with no local meaning (VWA image, viewport_size, ...), kept for the record.
+    extra: dict[str, Any] = Field(default_factory=dict)
+    #: Set on imported tasks that no local judge can score (e.g. VWA fuzzy_match text); evaluators then score 0.
+    not_evaluable: str | None = None
+    _source: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _eval_present(self) -> Task:
+        if len(set(self.sites)) != len(self.sites):
+            raise ValueError(f"sites has duplicates: {self.sites}")
+        if not self.eval.eval_types and not self.not_evaluable:
+            raise ValueError("eval.eval_types is empty")
+        return self
+
+    @property
+    def source(self) -> str:
+        """The file this task came from (or `task <id>`), for messages."""
+        return self._source or f"task {self.task_id}"
+
+    @property
+    def is_not_achievable(self) -> bool:
+        ref = self.eval.reference_answers
+        return ref is not None and ref.is_not_achievable
+
+    def start_urls(self, urls: Mapping[str, str]) -> list[str]:
+        """One URL per tab, placeholders expanded with `urls` (placeholder -> base URL, e.g. `Sites.urls`)."""
+        return [expand_url(part.strip(), dict(urls)) for part in self.start_url.split(TAB_SEPARATOR)]
+
+
+# --------------------------------------------------------------------------------------------- checks beyond shape
+
+
+def _semantic_errors(task: Task, local: bool) -> list[tuple[tuple[Any, ...], str]]:
+    """Checks that need the whole task. `local` adds the rules for our own YAML files (id ranges, solutions)."""
+    errors: list[tuple[tuple[Any, ...], str]] = []
+    urls: list[tuple[tuple[Any, ...], str]] = [(("start_url",), task.start_url)]
+    if task.eval.reference_url:
+        urls.append((("eval", "reference_url"), task.eval.reference_url))
+    urls += [(("eval", "program_html", i, "url"), c.url) for i, c in enumerate(task.eval.program_html)]
+    for i, line in enumerate(task.reference_solution):
+        if goto := _GOTO_RE.match(line):
+            urls.append((("reference_solution", i), goto.group(1)))
+    for loc, text in urls:
+        for placeholder in PLACEHOLDER_RE.findall(text):
+            site = PLACEHOLDERS.get(placeholder)
+            if site is None:
+                errors.append((loc, f"unknown placeholder {placeholder} (known: {', '.join(PLACEHOLDERS)})"))
+            elif site not in task.sites:
+                errors.append((loc, f"placeholder {placeholder} names site '{site}', not in sites {task.sites}"))
+    for i, check in enumerate(task.eval.program_html):
+        for key in ("url", "locator"):
+            if getattr(check, key).startswith("func:"):
+                errors.append((("eval", "program_html", i, key), "func: helpers (WebArena Python) are not supported"))
+    if not local:
+        return errors
+    for i, part in enumerate(task.start_url.split(TAB_SEPARATOR)):
+        if not any(part.strip().startswith(p) for p in PLACEHOLDERS):
+            errors.append((("start_url",), f"tab {i} '{part.strip()}' must start with a site placeholder"))
+    id_range = ID_RANGES["cross-site" if len(task.sites) > 1 else task.sites[0]]
+    if task.task_id not in id_range:
+        kind = "cross-site" if len(task.sites) > 1 else task.sites[0]
+        errors.append((("task_id",), f"{task.task_id} is outside the {kind} range {id_range.start}-{id_range.stop - 1}"))
+    errors += _solution_errors(task)
+    return errors
+
+
+def _solution_errors(task: Task) -> list[tuple[tuple[Any, ...], str]]:
+    """The reference solution must parse in the agent's grammar and end with `stop` where an answer is judged."""
+    steps = task.reference_solution
+    if not steps:
+        return [(("reference_solution",), "is empty: every task ships a solution")]
+    errors: list[tuple[tuple[Any, ...], str]] = []
+    from agent.actions import ActionParseError, parse_action  # lazily: the grammar belongs to the agent package
+
+    for i, line in enumerate(steps):
+        try:
+            parse_action(line)
+        except ActionParseError as exc:
+            errors.append((("reference_solution", i), f"{line!r}: {exc}"))
+        if _STOP_RE.match(line) and i != len(steps) - 1:
+            errors.append((("reference_solution", i), "stop must be the last action"))
+    if "string_match" in task.eval.eval_types and not _STOP_RE.match(steps[-1]):
+        errors.append((("reference_solution",), "string_match tasks must end with 'stop [answer]'"))
+    return errors
+
+
+# ----------------------------------------------------------------------------------------------- error messages
+
+_YAML_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool", "list": "list", "dict": "mapping",
+               "NoneType": "null"}
+
+
+def _describe(err: Mapping[str, Any]) -> str:
+    """Turn a pydantic error into a sentence a task author understands."""
+    kind, value = err["type"], err.get("input")
+    got = _YAML_TYPES.get(type(value).__name__, type(value).__name__)
+    expected = {"list_type": "a list", "string_type": "a string", "int_type": "an integer", "bool_type": "true or false",
+                "dict_type": "a mapping", "model_type": "a mapping", "float_type": "a number"}
+    if kind in expected:
+        hint = f" (quote it: '{value}')" if kind == "string_type" and isinstance(value, int | float) else ""
+        return f"expected {expected[kind]}, got {got}{hint}"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "extra_forbidden":
+        return "unknown key (not part of the task format; check the spelling)"
+    if kind == "literal_error":
+        return f"{err['msg'].replace('Input should be', 'expected')}, got {value!r}"
+    if kind == "value_error":
+        return str(err["msg"]).removeprefix("Value error, ")
+    return f"{err['msg']} (got {value!r})"
+
+
+def _loc_text(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(task)"
+
+
+def _yaml_line(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the deepest YAML node that `loc` reaches (the key itself for unknown keys)."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if getattr(k, "value", None) == part), None)
+            if match is None:
+                break
+            line, node = match[0].start_mark.line + 1, match[1]
+            line = node.start_mark.line + 1 if not isinstance(node, yaml.MappingNode | yaml.SequenceNode) else line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+def _format(source: str, loc: tuple[Any, ...], message: str, line: int | None) -> str:
+    where = f" (line {line})" if line is not None else ""
+    return f"{source}: {_loc_text(loc)}: {message}{where}"
+
+
+def build_task(data: Any, source: str, local: bool, node: yaml.Node | None = None) -> Task:
+    """Validate one task mapping (`local`: our YAML rules too); raise TaskSpecError with every located problem."""
+    if not isinstance(data, dict):
+        raise TaskSpecError([f"{source}: expected a mapping of task keys, got {_YAML_TYPES.get(type(data).__name__)}"])
+    try:
+        task = Task.model_validate(data)
+    except ValidationError as exc:
+        raise TaskSpecError(
+            [_format(source, tuple(e["loc"]), _describe(e), _yaml_line(node, tuple(e["loc"]))) for e in exc.errors()]
+        ) from None
+    task._source = source
+    problems = _semantic_errors(task, local)
+    if problems:
+        raise TaskSpecError([_format(source, loc, msg, _yaml_line(node, loc)) for loc, msg in problems])
+    return task
+
+
+# ------------------------------------------------------------------------------------------------------ loaders
+
+
+def load_task(path: str | Path) -> Task:
+    """Load and validate one YAML task file (errors name the file, key path and line)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TaskSpecError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise TaskSpecError([f"{path}{where}: malformed YAML: {problem}"]) from None
+    return build_task(data, str(path), local=True, node=node)
+
+
+def task_files(dir_or_files: str | Path | Iterable[str | Path]) -> list[Path]:
+    """Expand directories to their `*.yaml` / `*.yml` files (sorted); keep files as given."""
+    items = [dir_or_files] if isinstance(dir_or_files, str | Path) else list(dir_or_files)
+    files: list[Path] = []
+    for item in map(Path, items):
+        if item.is_dir():
+            files += sorted(p for p in item.iterdir() if p.suffix in (".yaml", ".yml"))
+        elif item.exists():
+            files.append(item)
+        else:
+            raise TaskSpecError([f"{item}: no such file or directory"])
+    return files
+
+
+def validate_files(files: Iterable[Path]) -> list[tuple[Path, Task | None, list[str]]]:
+    """Validate each file and task-id uniqueness across all of them; one (path, task or None, errors) per file.
+
+    The checker uses this to report every bad file at once instead of stopping at the first."""
+    results: list[tuple[Path, Task | None, list[str]]] = []
+    seen: dict[int, Path] = {}
+    for path in files:
+        try:
+            task = load_task(path)
+        except TaskSpecError as exc:
+            results.append((path, None, exc.errors))
+            continue
+        if task.task_id in seen:
+            results.append((path, None, [f"{path}: task_id: {task.task_id} is already used by {seen[task.task_id]}"]))
+            continue
+        seen[task.task_id] = path
+        results.append((path, task, []))
+    return results
+
+
+def load_tasks(dir_or_files: str | Path | Iterable[str | Path]) -> list[Task]:
+    """Load every task of a directory (or the given files), sorted by task_id; raise listing every problem."""
+    results = validate_files(task_files(dir_or_files))
+    errors = [msg for _, _, errs in results for msg in errs]
+    if errors:
+        raise TaskSpecError(errors)
+    return sorted((task for _, task, _ in results if task is not None), key=lambda t: t.task_id)
+
+
+def from_webarena(config: dict[str, Any], source: str | None = None) -> Task:
+    """Import one WebArena/VWA config (mapping rules in `envs.webarena_import`)."""
+    from envs.webarena_import import from_webarena as _from_webarena
+
+    return _from_webarena(config, source)
+
+
+def load_webarena_json(path: str | Path) -> list[Task]:
+    """Import a WebArena/VWA JSON file of configs (mapping rules in `envs.webarena_import`)."""
+    from envs.webarena_import import load_webarena_json as _load
+
+    return _load(path)
+
+__all__ = [
+    "PLACEHOLDERS",
+    "Contents",
+    "EvalSpec",
+    "HtmlCheck",
+    "Task",
+    "TaskSpecError",
+    "from_webarena",
+    "load_task",
+    "load_tasks",
+    "load_webarena_json",
+    "task_files",
+    "validate_files",
+]
