@@ -55,6 +55,204 @@ def kernel(
         typer.echo(line)
 
 
+@bench.command("actions")
+def actions(
+    model: str = typer.Option("qwen2.5-coder-1.5b", "--model", help="registry name, HF directory or .gguf"),
+    modes: str = typer.Option("free,constrained", "--modes", help="comma-separated: free, constrained"),
+    precisions: str = typer.Option("fp32,int8", "--precisions", help="comma-separated: fp32, int8 (dynamic)"),
+    limit: int = typer.Option(None, "--limit", min=1, help="only the first N of the 12 cases"),
+    as_json: bool = typer.Option(False, "--json", help="print the full report as JSON"),
+) -> None:
+    """Single-step action accuracy on 12 real site states: free vs constrained decoding, fp32 vs INT8."""
+    from agent.bench_actions import format_report, run_bench
+
+    mode_list = [m.strip() for m in modes.split(",") if m.strip()]
+    prec_list = [p.strip() for p in precisions.split(",") if p.strip()]
+    if not mode_list or set(mode_list) - {"free", "constrained"}:
+        raise typer.BadParameter(f"--modes must be free and/or constrained, got {modes!r}")
+    if not prec_list or set(prec_list) - {"fp32", "int8"}:
+        raise typer.BadParameter(f"--precisions must be fp32 and/or int8, got {precisions!r}")
+    report = run_bench(model, mode_list, prec_list, limit, progress=lambda m: typer.echo(m, err=True))
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    for line in format_report(report):
+        typer.echo(line)
+
+
+def _quality_output(result: dict, paths: list, table, as_json: bool) -> None:
+    """Shared tail of the quality benches (ppl, niah, klshift, memory): JSON on stdout or a rich table."""
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, default=float))
+        return
+    from rich.console import Console
+
+    console = Console()
+    console.print(table(result))
+    for path in paths:
+        console.print(f"wrote {path}")
+
+
+def _overrides(items: list[str] | None) -> dict[str, str]:
+    from confkv.policies import PolicyError, parse_overrides
+
+    try:
+        return parse_overrides(items)
+    except PolicyError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+
+@bench.command("ppl")
+def ppl(
+    model: str = typer.Option("smollm2-135m", "--model", help="registry name or HF directory"),
+    quick: bool = typer.Option(False, "--quick", help="CPU grid: 1K tokens, stride 16, ~8x compression"),
+    tokens: int = typer.Option(None, "--tokens", min=8, help="text length [4096 or the model limit; quick 1024]"),
+    stride: int = typer.Option(None, "--stride", min=1, help="tokens per call, eviction after each [1; quick 16]"),
+    set_: list[str] = typer.Option(None, "--set", help="override of the gated policies, key=value"),
+    out: str = typer.Option("results", "--out", help="results directory"),
+    as_json: bool = typer.Option(False, "--json", help="print the results JSON"),
+) -> None:
+    """StreamingLLM long-text perplexity, every policy at a matched footprint, the matched-rate ablation."""
+    from confkv.bench import ppl as bench_ppl
+    from confkv.bench.common import CorpusMissingError
+
+    try:
+        result, paths = bench_ppl.run(model, quick, out, tokens, stride, _overrides(set_),
+                                      progress=lambda m: typer.echo(m, err=True))
+    except CorpusMissingError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    _quality_output(result, paths, bench_ppl.table, as_json)
+
+
+@bench.command("decode")
+def decode(
+    model: str = typer.Option("smollm2-135m", "--model"),
+    contexts: str = typer.Option("512,1024,2048,4096,8192", help="context lengths, comma-separated"),
+    steps: int = typer.Option(16, min=1, help="decode steps timed per run"),
+    repeats: int = typer.Option(3, min=1, help="interleaved repeats (median reported)"),
+    quick: bool = typer.Option(False, "--quick", help="contexts 512,2048,4096 and 2 repeats"),
+    overrides: list[str] = typer.Option(None, "--set", help="confkv policy override key=value"),
+    out: str = typer.Option("results", "--out", help="directory for the results JSON"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Decode ms/step after N context tokens: plain DynamicCache vs our `full` vs `confkv`, interleaved."""
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from confkv.bench.decode import run_decode_bench, speedups
+    from confkv.models import load
+    from confkv.policies import parse_overrides
+
+    ctx = _parse_lengths("512,2048,4096" if quick else contexts)
+    mdl, _ = load(model)
+    report = run_decode_bench(mdl, mdl.config.vocab_size, list(ctx), steps, 2 if quick else repeats,
+                              parse_overrides(overrides))
+    report["model"] = model
+    path = Path(out) / f"decode_{model}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
+    if as_json:
+        typer.echo(json.dumps(report))
+        return
+    ups = speedups(report)
+    table = Table(title=f"decode ms/step, {model}, {report['threads']} threads, median of {report['repeats']}")
+    for col in ("context", "variant", "ms/step", "vs plain", "bookkeeping", "kept tokens", "KV MiB"):
+        table.add_column(col, justify="right")
+    for r in report["rows"]:
+        share = "" if r["bookkeeping_share"] is None else f"{100 * r['bookkeeping_share']:.1f}%"
+        table.add_row(str(r["context"]), r["variant"], f"{r['ms_per_step']:.1f}",
+                      f"{ups[r['context']][r['variant']]:.2f}x", share, str(r["kept_tokens"]),
+                      f"{r['kv_bytes'] / 2**20:.1f}")
+    Console().print(table)
+    typer.echo(f"results: {path}")
+
+
+def _floats(text: str | None, name: str) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError as exc:
+        raise typer.BadParameter(f"{name} must be comma-separated numbers, got {text!r}") from exc
+
+
+@bench.command("niah")
+def niah(
+    model: str = typer.Option("smollm2-135m", "--model", help="registry name or HF directory"),
+    quick: bool = typer.Option(False, "--quick", help="CPU grid: 512/1024 tokens x depths 0/50/100%"),
+    lengths: str = typer.Option(None, "--lengths", help="context lengths [1K..32K up to the model limit]"),
+    depths: str = typer.Option(None, "--depths", help="needle depths in [0,1] [0,.25,.5,.75,1]"),
+    set_: list[str] = typer.Option(None, "--set", help="override of the gated policies, key=value"),
+    out: str = typer.Option("results", "--out", help="results directory"),
+    as_json: bool = typer.Option(False, "--json", help="print the results JSON"),
+) -> None:
+    """Needle in a haystack: accuracy per policy at matched footprint, heatmap and a confidence/budget trace."""
+    from confkv.bench import niah as bench_niah
+    from confkv.bench.common import CorpusMissingError
+
+    lens = _parse_lengths(lengths) if lengths else None
+    try:
+        result, paths = bench_niah.run(model, quick, out, lens, _floats(depths, "--depths"), _overrides(set_),
+                                       progress=lambda m: typer.echo(m, err=True))
+    except (CorpusMissingError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    _quality_output(result, paths, bench_niah.table, as_json)
+
+
+@bench.command("klshift")
+def klshift(
+    model: str = typer.Option("smollm2-135m", "--model", help="registry name or HF directory"),
+    quick: bool = typer.Option(False, "--quick", help="CPU: 1K tokens, 48 positions"),
+    positions: int = typer.Option(None, "--positions", min=4, help="sampled positions [128; quick 48]"),
+    ablate: int = typer.Option(256, "--ablate", min=1, help="preceding tokens removed from the context"),
+    out: str = typer.Option("results", "--out", help="results directory"),
+    as_json: bool = typer.Option(False, "--json", help="print the results JSON"),
+) -> None:
+    """Pearson r (95% CIs) between confidence and the KL shift from ablating the preceding 256 tokens."""
+    from confkv.bench import klshift as bench_kl
+    from confkv.bench.common import CorpusMissingError
+
+    try:
+        result, paths = bench_kl.run(model, quick, out, positions, ablate, progress=lambda m: typer.echo(m, err=True))
+    except (CorpusMissingError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    _quality_output(result, paths, bench_kl.table, as_json)
+
+
+@bench.command("memory")
+def memory(
+    config: str = typer.Option("qwen2.5-32b", "--config", help="KV geometry (see confkv.bench.memory.CONFIGS)"),
+    tokens: int = typer.Option(4096, "--tokens", min=1, help="generated tokens N"),
+    trajectory: str = typer.Option(None, "--trajectory", help="bench ppl JSON with confkv's budget trajectory "
+                                                             "[results/ppl-<model>.json]"),
+    model: str = typer.Option("smollm2-135m", "--model", help="model whose run gives the gate trajectory"),
+    quick: bool = typer.Option(False, "--quick", help="short generation (64 tokens) when no ppl JSON exists"),
+    gen_tokens: int = typer.Option(256, "--gen-tokens", min=1, help="generation length when no ppl JSON exists"),
+    n_low: int = typer.Option(256, "--n-low", min=1),
+    n_high: int = typer.Option(512, "--n-high", min=1),
+    int8_after: int = typer.Option(64, "--int8-after", min=0, help="model-dtype window (0 = INT8 off)"),
+    out: str = typer.Option("results", "--out", help="results directory"),
+    as_json: bool = typer.Option(False, "--json", help="print the results JSON"),
+) -> None:
+    """KV bytes of a model config at N tokens: full vs the budget trajectory of a real run, vs 15.8 -> 2.6 GB."""
+    from pathlib import Path
+
+    from confkv.bench import memory as bench_mem
+    from confkv.bench.common import results_path
+
+    source = Path(trajectory) if trajectory else results_path(out, "ppl", model)
+    if trajectory and not source.exists():
+        raise typer.BadParameter(f"--trajectory {trajectory}: no such file")
+    try:
+        result, paths = bench_mem.run(config, tokens, source, model, 64 if quick else gen_tokens, out,
+                                      n_low, n_high, int8_after or None)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    _quality_output(result, paths, bench_mem.table, as_json)
+
+
 def register(app: typer.Typer) -> None:
     """Add the `bench` sub-app (other areas add their bench commands to `bench` in this module)."""
     app.add_typer(bench, name="bench")

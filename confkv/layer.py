@@ -15,6 +15,7 @@ So eviction happens after the tokens were used at this step, and the physical le
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -61,6 +62,8 @@ class ConfKVLayer(CacheLayerMixin):
         self.q_pos: torch.Tensor | None = None  # positions of the current call's queries [B, L]
         self.on_resize = on_resize
         self.evictions: list[tuple[torch.Tensor, int]] = []  # (evicted positions [B,H,k], last query pos that saw them)
+        self._slot_bytes: tuple[int, int] | None = None  # bytes per slot: model-dtype K+V, INT8 K+V+scales
+        self.bookkeeping_s = 0.0  # time in after_attention (EMA, migration, ranking, compaction): for benchmarks
 
     # -- transformers CacheLayerMixin ----------------------------------------------------------------------------
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -101,6 +104,7 @@ class ConfKVLayer(CacheLayerMixin):
     def reset(self) -> None:
         self.fp, self.q8, self.seen, self.q_pos = SlotStore(), SlotStore(), 0, None
         self.evictions = []
+        self._slot_bytes = None
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         raise NotImplementedError("Conf-KV does not support beam search (per-head eviction state is not reordered)")
@@ -139,6 +143,7 @@ class ConfKVLayer(CacheLayerMixin):
 
     def after_attention(self, mass: torch.Tensor | None) -> None:
         """Fold the call's attention mass `[B, H_kv, Tq+Tf]` into the accumulators, then migrate and evict."""
+        t0 = time.perf_counter()
         ranker = self.rules.ranker
         if mass is not None:
             n_q8 = self.q8.n
@@ -149,13 +154,13 @@ class ConfKVLayer(CacheLayerMixin):
         self._evict()
         if self.on_resize:
             self.on_resize()
+        self.bookkeeping_s += time.perf_counter() - t0
 
     # -- internals -----------------------------------------------------------------------------------------------
     def _all_acc(self) -> torch.Tensor | None:
-        parts = [s.view("acc") for s in (self.q8, self.fp) if s.n]
-        if not parts:
-            return None
-        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+        """The accumulator of the store holding most tokens (rankers only read a per-head summary of it)."""
+        store = self.q8 if self.q8.n > self.fp.n else self.fp
+        return store.view("acc") if store.n else None
 
     def _migrate(self) -> None:
         """Quantize the tokens that fell out of the model-dtype window (oldest first; same positions in all heads)."""
@@ -200,13 +205,13 @@ class ConfKVLayer(CacheLayerMixin):
     # -- accounting ----------------------------------------------------------------------------------------------
     def kv_bytes(self) -> int:
         """Bytes of live K, V and INT8 scales (what the attention reads)."""
-        total = 0
-        for store, names in ((self.fp, ("k", "v")), (self.q8, ("k", "v", "k_scale", "v_scale"))):
-            for name in names:
-                if name in store.bufs:
-                    t = store.view(name)
-                    total += t.numel() * t.element_size()
-        return total
+        if self._slot_bytes is None and self.fp.bufs:
+            self._slot_bytes = (self.fp.slot_bytes(("k", "v")), 0)
+        if self._slot_bytes is None:
+            return 0
+        if self._slot_bytes[1] == 0 and self.q8.bufs:
+            self._slot_bytes = (self._slot_bytes[0], self.q8.slot_bytes(("k", "v", "k_scale", "v_scale")))
+        return self.fp.n * self._slot_bytes[0] + self.q8.n * self._slot_bytes[1]
 
     def alloc_bytes(self) -> int:
         """Bytes actually allocated for this layer, bookkeeping (positions, scores) and spare capacity included."""

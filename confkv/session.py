@@ -11,6 +11,7 @@ confidence comes from that step's raw logits, before any sampling constraint.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -57,6 +58,7 @@ class ConfKVSession:
         self.stats = SessionStats()
         self.last_logits: torch.Tensor | None = None  # [B, V] logits of the last position seen
         self.device = next(model.parameters()).device
+        self.confidence_s = 0.0  # time spent turning decode logits into confidence (benchmarks report its share)
 
     @property
     def seen(self) -> int:
@@ -99,7 +101,9 @@ class ConfKVSession:
     def step(self, token_id: int) -> torch.Tensor:
         """Append one decoded token (batch 1); returns its logits `[1, V]` and sets the next step's budget."""
         logits = self._forward(torch.tensor([[token_id]]), 1)[:, -1]
+        t0 = time.perf_counter()
         conf = float(confidence(logits, self.policy.confidence_weights, self.policy.confidence_rescale).min())
+        self.confidence_s += time.perf_counter() - t0
         self.cache.set_confidence(conf)
         self.last_logits = logits
         self.stats.decoded_tokens += 1

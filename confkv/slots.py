@@ -70,6 +70,13 @@ class SlotStore:
             return
         n = self.n
         keep_n = n - k
+        if k == 1 and keep_n > 0:  # decode steady state: the last slot fills the hole (a no-op if it is the victim)
+            for buf in self.bufs.values():
+                live = buf[:, :, :n]
+                index = idx.view(*idx.shape, *([1] * (buf.dim() - 3))).expand(*idx.shape, *buf.shape[3:])
+                live.scatter_(2, index, live[:, :, n - 1 : n].clone())
+            self.n = keep_n
+            return
         slots = torch.arange(n, device=idx.device).expand(*idx.shape[:2], n)
         evict = torch.zeros(*idx.shape[:2], n, dtype=torch.bool, device=idx.device)
         evict.scatter_(2, idx, True)
@@ -103,8 +110,14 @@ class SlotStore:
         if self.bufs and self.capacity > want * 1.25 and self.capacity - want >= _MIN_CAPACITY:
             self._realloc(want)
 
-    def live_bytes(self) -> int:
-        return sum(buf[:, :, : self.n].numel() * buf.element_size() for buf in self.bufs.values())
+    def slot_bytes(self, names: tuple[str, ...]) -> int:
+        """Bytes one slot takes in the named buffers (all batch rows and heads)."""
+        total = 0
+        for name in names:
+            buf = self.bufs.get(name)
+            if buf is not None:
+                total += buf[:, :, :1].numel() * buf.element_size()
+        return total
 
     def alloc_bytes(self) -> int:
         return sum(buf.numel() * buf.element_size() for buf in self.bufs.values())

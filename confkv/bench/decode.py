@@ -1,0 +1,103 @@
+"""`bench decode`: decode speed after long contexts for plain transformers, our `full`, and `confkv`, side by side.
+
+Protocol: for each context length, each variant prefills the same token ids (Conf-KV prefills in chunks with eviction
+in between), then decodes `steps` tokens teacher-forced from the same ids. Variants are interleaved per repeat so
+machine noise hits all of them alike; the per-step figure is the median over repeats of the mean step time.
+The policy's own bookkeeping (EMA, INT8 migration, ranking, compaction, and the confidence of each step) is timed
+inside the cache and session and reported as a share of the step. Attention-mass output is part of the attention
+call and is not separated here (see `bench kernel` for its cost).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+from transformers import DynamicCache
+
+from confkv.policies import get_policy
+from confkv.session import ConfKVSession
+
+
+@dataclass
+class DecodeRow:
+    context: int
+    variant: str
+    ms_per_step: float
+    tokens_per_s: float
+    bookkeeping_share: float | None
+    kept_tokens: int
+    kv_bytes: int
+
+
+def _plain(model, ids: torch.Tensor, steps: int) -> tuple[float, int, int]:
+    model.set_attn_implementation("sdpa")
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(ids, cache=cache, use_cache=True, logits_to_keep=1)
+        start = ids.shape[1]
+        t0 = time.perf_counter()
+        for i in range(steps):
+            tok = ids[:, i : i + 1]
+            model(tok, cache=cache, use_cache=True, position_ids=torch.tensor([[start + i]]))
+        dt = time.perf_counter() - t0
+    kv = sum(layer.keys.numel() * layer.keys.element_size() * 2 for layer in cache.layers)
+    return dt / steps, cache.get_seq_length(), kv
+
+
+def _ours(model, ids: torch.Tensor, steps: int, policy) -> tuple[float, float, int, int]:
+    session = ConfKVSession(model, policy)
+    session.append(ids)
+    for layer in session.cache.layers:
+        layer.bookkeeping_s = 0.0
+    session.confidence_s = 0.0
+    t0 = time.perf_counter()
+    for i in range(steps):
+        session.step(int(ids[0, i]))
+    dt = time.perf_counter() - t0
+    book = sum(layer.bookkeeping_s for layer in session.cache.layers) + session.confidence_s
+    mem = session.cache.memory()
+    return dt / steps, book / dt, round(sum(mem.kept_tokens) / len(mem.kept_tokens)), mem.kv_bytes
+
+
+def run_decode_bench(
+    model, vocab_size: int, contexts: list[int], steps: int = 16, repeats: int = 3, confkv_overrides: dict | None = None,
+    seed: int = 0,
+) -> dict:
+    gen = torch.Generator().manual_seed(seed)
+    policies = {"full": get_policy("full"), "confkv": get_policy("confkv", confkv_overrides or {})}
+    rows: list[DecodeRow] = []
+    for ctx in contexts:
+        ids = torch.randint(10, vocab_size - 10, (1, ctx), generator=gen)
+        samples: dict[str, list[float]] = {"plain": [], "full": [], "confkv": []}
+        extra: dict[str, tuple] = {}
+        for _ in range(repeats):
+            step_s, kept, kv = _plain(model, ids, steps)
+            samples["plain"].append(step_s)
+            extra["plain"] = (None, kept, kv)
+            for name, pol in policies.items():
+                step_s, share, kept, kv = _ours(model, ids, steps, pol)
+                samples[name].append(step_s)
+                extra[name] = (share, kept, kv)
+        for name, vals in samples.items():
+            med = statistics.median(vals)
+            share, kept, kv = extra[name]
+            rows.append(DecodeRow(ctx, name, med * 1000, 1.0 / med, share, kept, kv))
+    return {
+        "contexts": contexts,
+        "steps": steps,
+        "repeats": repeats,
+        "threads": torch.get_num_threads(),
+        "confkv_policy": policies["confkv"].to_dict(),
+        "rows": [asdict(r) for r in rows],
+    }
+
+
+def speedups(report: dict) -> dict[int, dict[str, float]]:
+    """Per context: plain ms / variant ms (>1 = faster than plain transformers)."""
+    by_ctx: dict[int, dict[str, float]] = {}
+    for row in report["rows"]:
+        by_ctx.setdefault(row["context"], {})[row["variant"]] = row["ms_per_step"]
+    return {ctx: {k: v["plain"] / ms for k, ms in v.items()} for ctx, v in by_ctx.items()}
