@@ -158,3 +158,20 @@ def test_memory_is_really_freed_when_the_budget_drops() -> None:
     after = session.cache.memory()
     assert after.kept_tokens == [16] * len(session.cache.layers)
     assert after.alloc_bytes < before / 2
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_batch_of_two_unpadded_rows_evicts_per_row_and_matches_the_oracle(arch: str) -> None:
+    model, vocab = tiny_model(arch)
+    ids = torch.randint(0, vocab, (2, 48), generator=torch.Generator().manual_seed(8))
+    cache = ConfKVCache(model, small_policy("confkv", budget=12, int8_after="none"), record_evictions=True)
+    logits = []
+    with torch.no_grad():
+        logits.append(model(ids[:, :20], cache=cache).logits[:, -1])
+        for t in range(20, 48):
+            logits.append(model(ids[:, t : t + 1], cache=cache).logits[:, -1])
+    got = torch.stack(logits, dim=1)
+    positions = [p for layer in cache.layers for p, _ in layer.evictions]
+    assert positions and not torch.equal(positions[-1][0], positions[-1][1]), "rows should evict differently"
+    want = oracle_logits(model, ids, cache)[:, 19:]
+    torch.testing.assert_close(got, want, atol=5e-5, rtol=1e-4)
