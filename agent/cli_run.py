@@ -1,9 +1,220 @@
-"""CLI commands for this area (filled in by its owner)."""
+"""`confkv-agent run` (one episode, live view) and `confkv-agent eval` (tasks x policies, resumable).
+
+Every input is checked before anything starts (task files, policy names and `--set` keys, the model name or path),
+so a typo costs a one-line error and exit code 2, and never a half-written trace database.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import typer
+
+from traces import DEFAULT_DB_PATH
+
+if TYPE_CHECKING:
+    from agent.episode import EpisodeResult, StepEvent
+
+DEFAULT_AGENT_MODEL = "qwen2.5-coder-1.5b"
+TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
+# The embedded default: a 3-step shopping lookup (search, open the product, answer), short enough for 2 CPU cores.
+DEFAULT_TASK = TASKS_DIR / "shopping_001.yaml"
+DEFAULT_TASK_MAX_STEPS = 8
+_POLICY_HELP = "scripted (replays the reference solution), full, sliding, h2o, random, recency, attention, confkv, " \
+               "confkv-pyramid"
+
+
+def _usage_error(message: str) -> typer.Exit:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    return typer.Exit(2)
+
+
+def _check_model(name: str) -> None:
+    """A registry name or an existing path; anything else is a usage error (nothing is downloaded here)."""
+    from confkv.models import MODELS, get_spec
+
+    if name in MODELS or Path(name).expanduser().exists():
+        return
+    if "/" in name or name.endswith(".gguf") or name.startswith("."):
+        raise FileNotFoundError(f"model path {name} does not exist")
+    get_spec(name)  # raises UnknownModelError listing the known names
+
+
+def _validate(policies: list[str], overrides: list[str] | None, model: str) -> dict[str, str]:
+    from agent.batch import SCRIPTED, check_policy_names
+    from confkv.models import UnknownModelError
+    from confkv.policies import PolicyError, parse_overrides
+
+    try:
+        parsed = parse_overrides(overrides)
+        check_policy_names(policies, parsed)
+        if any(p != SCRIPTED for p in policies):
+            _check_model(model)
+    except (PolicyError, UnknownModelError, FileNotFoundError, ValueError) as exc:
+        raise _usage_error(str(exc)) from None
+    return parsed
+
+
+def _sparkline(values: list[float]) -> str:
+    blocks = "▁▂▃▄▅▆▇█"
+    return "".join(blocks[min(int(v * len(blocks)), len(blocks) - 1)] for v in values)
+
+
+def _size(n: int | None) -> str:
+    from traces.fmt import format_bytes
+
+    return format_bytes(n)
+
+
+class LiveView:
+    """The `run` screen: one row per step (action, confidence sparkline over its tokens, KV size, tokens, time)."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.rows: list[StepEvent] = []
+
+    def add(self, event: StepEvent) -> None:
+        self.rows.append(event)
+
+    def __rich__(self) -> Any:
+        from rich.markup import escape
+        from rich.table import Table
+
+        table = Table(title=self.title, expand=False)
+        for col in ("step", "action", "confidence", "KV", "prefill/total tok", "s"):
+            table.add_column(col, justify="right" if col in ("step", "KV", "s") else "left")
+        for e in self.rows[-20:]:
+            action = escape(e.action) if e.action else f"[red]{escape(repr(e.reply[:40]))}[/red]"
+            if e.error:
+                action += f" [red]({escape(e.error[:50])})[/red]"
+            tokens = "-" if e.prefilled_tokens is None else f"{e.prefilled_tokens}/{e.total_tokens}"
+            table.add_row(str(e.step), action, _sparkline(e.confidences[:40]), _size(e.kv_bytes), tokens,
+                          f"{e.step_s:.1f}")  # fmt: skip
+        return table
+
+
+def _print_result(console: Any, result: EpisodeResult) -> None:
+    colour = "green" if result.success else ("red" if result.status == "error" else "yellow")
+    console.print(f"[{colour}]task {result.task_id} ({result.policy}): "
+                  f"{'SUCCESS' if result.success else 'FAILED' if result.status == 'done' else 'ERROR'}[/{colour}]"
+                  f" after {result.steps} steps in {result.wall_s:.0f} s; answer={result.answer!r}")  # fmt: skip
+    console.print(f"  {result.stop_reason or ''} | {result.reason[:300]}", markup=False)
+    if result.peak_kv_bytes is not None:
+        ratio = result.peak_kv_bytes / result.full_kv_bytes if result.full_kv_bytes else float("nan")
+        console.print(f"  peak KV {_size(result.peak_kv_bytes)} vs full {_size(result.full_kv_bytes)} "
+                      f"({ratio:.2f}); peak RSS {_size(result.peak_rss_bytes)}; episode {result.episode_id}")
+    if result.blocked:
+        console.print(f"  blocked requests: {', '.join(result.blocked[:5])}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the root app."""
+    """Add `run` and `eval` to the root app."""
+
+    @app.command("run")
+    def run_cmd(
+        task: Path = typer.Argument(None, help=f"task YAML file [default: {DEFAULT_TASK.name}, at most "
+                                               f"{DEFAULT_TASK_MAX_STEPS} steps]"),
+        policy: str = typer.Option("confkv", "--policy", help=_POLICY_HELP),
+        overrides: list[str] = typer.Option(None, "--set", help="policy override key=value (repeatable)"),
+        model: str = typer.Option(DEFAULT_AGENT_MODEL, "--model", help="registry name, HF directory or .gguf"),
+        db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help="trace database"),
+        max_steps: int = typer.Option(None, "--max-steps", min=1, help="step limit [default: 30]"),
+        headed: bool = typer.Option(False, "--headed", help="show the browser window"),
+        screenshots: Path = typer.Option(None, "--screenshots", help="save a PNG per step into this folder"),
+        free: bool = typer.Option(False, "--free", help="unconstrained decoding (default: grammar-constrained)"),
+        reasoning: bool = typer.Option(False, "--reasoning", help="one line of free reasoning before the action"),
+        int8: bool = typer.Option(False, "--int8", help="dynamic INT8 Linear layers (CPU speed-up)"),
+    ) -> None:
+        """Run one task with a live view, evaluate it and record it in the trace database."""
+        from rich.console import Console
+        from rich.live import Live
+
+        from agent.batch import AgentSettings, Worker, run_config
+        from envs.taskspec import TaskSpecError, load_task
+
+        if max_steps is None:
+            max_steps = DEFAULT_TASK_MAX_STEPS if task is None else 30
+        parsed = _validate([policy], overrides, model)
+        try:
+            the_task = load_task(task or DEFAULT_TASK)
+        except TaskSpecError as exc:
+            raise _usage_error(str(exc)) from None
+        console = Console(stderr=True)
+        settings = AgentSettings(model=model, overrides=parsed, constrained=not free, reasoning=reasoning, int8=int8,
+                                 max_steps=max_steps)  # fmt: skip
+        console.print(f"task {the_task.task_id}: {the_task.intent}\npolicy {policy}, model "
+                      f"{model if policy != 'scripted' else '-'}, up to {max_steps} steps, db {db}")  # fmt: skip
+        worker = Worker(db, settings, the_task.sites)
+        try:
+            run_model, config = run_config(policy, settings)
+            run_id = worker.store.start_run(run_model, policy, config, resume=True)
+            with console.status("loading the model"):
+                agent = worker.agent(policy, the_task)
+            from agent.episode import run_episode
+
+            view = LiveView(f"task {the_task.task_id} · {policy}")
+            with Live(view, console=console, refresh_per_second=4):
+                result = run_episode(the_task, agent, worker.sites, worker.store, run_id, max_steps=max_steps,
+                                     headed=headed, screenshots_dir=screenshots, on_step=view.add)  # fmt: skip
+        finally:
+            worker.close()
+        _print_result(console, result)
+        if result.status == "error":
+            raise typer.Exit(1)
+
+    @app.command("eval")
+    def eval_cmd(
+        tasks: list[Path] = typer.Argument(None, help="task files or folders [default: tasks/]"),
+        policies: str = typer.Option("full,confkv", "--policies", help=f"comma-separated: {_POLICY_HELP}"),
+        overrides: list[str] = typer.Option(None, "--set", help="policy override key=value (all policies)"),
+        model: str = typer.Option(DEFAULT_AGENT_MODEL, "--model", help="registry name, HF directory or .gguf"),
+        workers: int = typer.Option(1, "--workers", min=1, help="worker processes (each loads the model)"),
+        db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help="trace database"),
+        as_json: bool = typer.Option(False, "--json", help="print the per-policy table as JSON on stdout"),
+        limit: int = typer.Option(None, "--limit", min=1, help="only the first N tasks (by task id)"),
+        max_steps: int = typer.Option(30, "--max-steps", min=1),
+        free: bool = typer.Option(False, "--free", help="unconstrained decoding"),
+        reasoning: bool = typer.Option(False, "--reasoning", help="one line of free reasoning before the action"),
+        int8: bool = typer.Option(False, "--int8", help="dynamic INT8 Linear layers (CPU speed-up)"),
+    ) -> None:
+        """Evaluate tasks x policies; resumable (finished episodes are skipped); prints a per-policy table."""
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from agent.batch import AgentSettings, run_batch
+        from envs.taskspec import TaskSpecError, load_tasks
+        from traces.summary import summary_table
+
+        names = [p.strip() for p in policies.split(",") if p.strip()]
+        parsed = _validate(names, overrides, model)
+        try:
+            selected = load_tasks(tasks or [TASKS_DIR])
+        except TaskSpecError as exc:
+            raise _usage_error(str(exc)) from None
+        if not selected:
+            raise _usage_error("no tasks found")
+        selected = selected[:limit] if limit else selected
+        console = Console(stderr=True)
+        settings = AgentSettings(model=model, overrides=parsed, constrained=not free, reasoning=reasoning, int8=int8,
+                                 max_steps=max_steps)  # fmt: skip
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=console)  # fmt: skip
+        bar = progress.add_task("episodes", total=None)
+
+        def on_plan(plan: Any) -> None:
+            progress.update(bar, total=len(plan.pending))
+            console.print(f"{len(plan.pending)} episodes to run, {plan.skipped} already finished (resumed)")
+
+        def on_episode(result: dict[str, Any]) -> None:
+            mark = "ok" if result["success"] else ("ERROR" if result["status"] == "error" else "fail")
+            progress.update(bar, advance=1, description=f"task {result['task_id']} {result['policy']}: {mark}")
+
+        with progress:
+            _, summary = run_batch(selected, names, settings, db, workers=workers, on_episode=on_episode,
+                                   on_plan=on_plan)  # fmt: skip
+        if as_json:
+            typer.echo(json.dumps(summary.to_json(), indent=2))
+        else:
+            Console().print(summary_table(summary))

@@ -58,6 +58,7 @@ class ConfKVCache(Cache):
         self._budget_table: dict[int, list[int]] = {}
         self.peak_kv_bytes = 0
         self._live: list[int] = [0] * self.n_layers
+        self.pins: list[tuple[int, int | None]] = []
         layers = [
             ConfKVLayer(
                 i,
@@ -68,6 +69,7 @@ class ConfKVCache(Cache):
                     int8_after=self.policy.int8_after,
                     budget=self._budget_getter(i),
                     record_evictions=record_evictions,
+                    pins=self.pins,
                 ),
                 on_resize=self._resized_callback(i),
             )
@@ -93,6 +95,11 @@ class ConfKVCache(Cache):
         if self.global_budget not in self._budget_table:
             self._budget_table[self.global_budget] = self.policy.layer_budgets(self.global_budget, self.n_layers)
         self._layer_budgets = self._budget_table[self.global_budget]
+
+    def pin(self, spans: list[tuple[int, int | None]]) -> None:
+        """Replace the pinned position spans `[start, end)` (end None = open-ended): never evicted, and outside the
+        budget. Unpinned tokens become evictable at the next eviction."""
+        self.pins[:] = [(int(a), None if b is None else int(b)) for a, b in spans]
 
     @property
     def layer_budgets(self) -> list[int] | None:

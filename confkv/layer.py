@@ -37,6 +37,9 @@ class LayerRules:
     int8_after: int | None
     budget: Callable[[], int | None]  # the layer's budget now (None = keep everything)
     record_evictions: bool = False
+    # Pinned position spans [start, end) (end None = open): never evicted and not counted against the budget.
+    # The agent pins its system prompt and the turn being decided, so the budget governs older history only.
+    pins: list[tuple[int, int | None]] | None = None
 
 
 @dataclass
@@ -180,13 +183,16 @@ class ConfKVLayer(CacheLayerMixin):
         budget = self.rules.budget()
         if budget is None:
             return
-        excess = self.physical_length - budget
+        n_pinned = 0
+        if self.rules.pins:  # pinned positions are shared by all heads: count them on one head
+            n_pinned = int(sum(self._pinned(s.view("pos")[:1, :1]).sum() for s in (self.q8, self.fp) if s.n))
+        excess = self.physical_length - budget - n_pinned
         store = self.q8 if self.rules.int8_after is not None else self.fp
         if excess > 0:
             now = self.seen - 1
             pos = store.view("pos")
             scores = self.rules.ranker.rank(store.view("acc"), pos, now).float()
-            pinned = (pos < self.rules.sinks) | (pos > now - self.rules.protected)
+            pinned = (pos < self.rules.sinks) | (pos > now - self.rules.protected) | self._pinned(pos)
             scores = scores.masked_fill(pinned, float("inf"))
             evictable = int((~pinned).sum(dim=-1).min())
             if evictable < excess:
@@ -201,6 +207,15 @@ class ConfKVLayer(CacheLayerMixin):
         # Keep room for the next decode token; free the rest (e.g. after the gate dropped n_high -> n_low).
         self.fp.fit((self.rules.int8_after or budget) + 1)
         self.q8.fit(max(budget - self.fp.n, 0) + 1)
+
+    def _pinned(self, pos: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros_like(pos, dtype=torch.bool)
+        for start, end in self.rules.pins or ():
+            span = pos >= start
+            if end is not None:
+                span &= pos < end
+            mask |= span
+        return mask
 
     # -- accounting ----------------------------------------------------------------------------------------------
     def kv_bytes(self) -> int:

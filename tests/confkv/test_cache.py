@@ -175,3 +175,23 @@ def test_batch_of_two_unpadded_rows_evicts_per_row_and_matches_the_oracle(arch: 
     assert positions and not torch.equal(positions[-1][0], positions[-1][1]), "rows should evict differently"
     want = oracle_logits(model, ids, cache)[:, 19:]
     torch.testing.assert_close(got, want, atol=5e-5, rtol=1e-4)
+
+
+def test_pinned_spans_are_never_evicted_and_sit_outside_the_budget() -> None:
+    model, vocab = tiny_model("llama")
+    session = ConfKVSession(model, get_policy("sliding", {**SMALL, "budget": "16"}), record_evictions=True)
+    session.append(torch.randint(0, vocab, (1, 10)))
+    session.cache.pin([(0, 10)])  # e.g. the agent's system prompt
+    session.append(torch.randint(0, vocab, (1, 40)))
+    turn = session.seen
+    session.cache.pin([(0, 10), (turn, None)])  # plus the turn being decided
+    session.append(torch.randint(0, vocab, (1, 24)))
+    for _ in range(5):
+        session.step(3)
+    for layer in session.cache.layers:
+        kept = set(layer.fp.view("pos")[0, 0].tolist())
+        assert set(range(10)) <= kept and set(range(turn, session.seen)) <= kept
+        assert layer.physical_length == 16 + 10 + (session.seen - turn)
+    session.cache.pin([(0, 10)])  # the turn is over: its tokens compete for the budget again
+    session.step(4)
+    assert all(layer.physical_length == 16 + 10 for layer in session.cache.layers)

@@ -1,0 +1,218 @@
+"""`confkv-agent eval`: tasks x policies, resumable, optionally across worker processes.
+
+Resume: each (model, policy, policy config) is one trace run, found again with `start_run(resume=True)`; tasks it
+already finished (`finished_tasks`) are skipped, and episodes that ended in an error (a crash, Ctrl-C) run again.
+So a batch killed after N episodes and launched again runs only what is missing.
+
+Workers: `--workers N` starts N spawned processes; each loads the model once, serves the sites on its own ports
+(its own live databases, so resets do not race) and writes through its own `TraceStore` handle (the store
+serializes writers). With one worker everything runs in this process.
+
+The policy name `scripted` replays each task's reference solution instead of a model: a cheap end-to-end check of
+the browser, the sites, the evaluators and the traces (model name recorded as `scripted`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.episode import EpisodeResult
+    from agent.model_policy import AgentPolicy
+    from envs.taskspec import Task
+    from traces.summary import TraceSummary
+
+SCRIPTED = "scripted"
+
+
+@dataclass
+class AgentSettings:
+    """How the model policies are built (shared by `run` and `eval`)."""
+
+    model: str
+    overrides: dict[str, str] = field(default_factory=dict)
+    constrained: bool = True
+    reasoning: bool = False
+    int8: bool = False
+    max_steps: int = 30
+
+
+def check_policy_names(names: Sequence[str], overrides: dict[str, str]) -> None:
+    """Fail fast (before any browser or model) on an unknown policy or override key."""
+    from confkv.policies import get_policy
+
+    if not names:
+        raise ValueError("no policies given")
+    for name in names:
+        if name != SCRIPTED:
+            get_policy(name, overrides)
+
+
+def run_config(policy: str, settings: AgentSettings) -> tuple[str, dict[str, Any]]:
+    """(model name, config) identifying a run; the config holds everything that changes the agent's behaviour."""
+    if policy == SCRIPTED:
+        return SCRIPTED, {"agent": "reference_solution"}
+    from confkv.policies import get_policy
+
+    config = get_policy(policy, settings.overrides).to_dict()
+    config["agent"] = {"constrained": settings.constrained, "reasoning": settings.reasoning, "int8": settings.int8,
+                       "max_steps": settings.max_steps}  # fmt: skip
+    return settings.model, config
+
+
+def load_model(name: str, int8: bool = False) -> tuple[Any, Any]:
+    """`confkv.models.load`, optionally with dynamic INT8 Linear layers (a CPU speed-up, see `quantize_int8`)."""
+    from confkv.models import load
+
+    model, tokenizer = load(name)
+    if int8:
+        model = quantize_int8(model)
+    return model, tokenizer
+
+
+def quantize_int8(model: Any) -> Any:
+    """Dynamic INT8 quantization of every Linear but the LM head (CPU only): int8 weights, fp32 activations."""
+    import torch
+
+    head = model.get_output_embeddings()
+    skip = {name for name, module in model.named_modules() if module is head}
+    spec = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name not in skip}
+    return torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8)
+
+
+class Worker:
+    """Everything an episode needs that is expensive to make: the model, the sites, a store handle."""
+
+    def __init__(self, db: str | Path, settings: AgentSettings, site_names: Sequence[str]) -> None:
+        from envs.server import Sites
+        from traces.store import TraceStore
+
+        self.settings = settings
+        self.store = TraceStore(db)
+        self.sites = Sites(site_names)
+        self._model: tuple[Any, Any] | None = None
+
+    def agent(self, policy: str, task: Task) -> AgentPolicy:
+        from agent.model_policy import ModelPolicy, ScriptedPolicy
+
+        if policy == SCRIPTED:
+            return ScriptedPolicy(task.reference_solution)
+        from confkv.policies import get_policy
+
+        if self._model is None:
+            self._model = load_model(self.settings.model, self.settings.int8)
+        model, tokenizer = self._model
+        return ModelPolicy(model, tokenizer, get_policy(policy, self.settings.overrides),
+                           constrained=self.settings.constrained, reasoning=self.settings.reasoning,
+                           model_name=self.settings.model)  # fmt: skip
+
+    def run(self, task: Task, policy: str, run_id: int, **kw: Any) -> EpisodeResult:
+        from agent.episode import run_episode
+
+        return run_episode(task, self.agent(policy, task), self.sites, self.store, run_id,
+                           max_steps=self.settings.max_steps, **kw)  # fmt: skip
+
+    def close(self) -> None:
+        self.sites.stop()
+        self.store.close()
+
+
+_WORKER: Worker | None = None
+
+
+def _init_worker(db: str, settings: AgentSettings, site_names: list[str]) -> None:
+    global _WORKER
+    _WORKER = Worker(db, settings, site_names)
+
+
+def _run_in_worker(task: Task, policy: str, run_id: int) -> dict[str, Any]:
+    assert _WORKER is not None
+    return asdict(_WORKER.run(task, policy, run_id))
+
+
+@dataclass
+class Plan:
+    run_ids: dict[str, int]  # policy -> run id
+    pending: list[tuple[Task, str]]  # (task, policy) still to run
+    skipped: int  # already finished in earlier invocations
+
+
+def plan(store: Any, tasks: Sequence[Task], policies: Sequence[str], settings: AgentSettings) -> Plan:
+    """Find (or create) one run per policy and list the episodes that are not finished yet."""
+    run_ids: dict[str, int] = {}
+    pending: list[tuple[Task, str]] = []
+    skipped = 0
+    for policy in policies:
+        model, config = run_config(policy, settings)
+        run_id = store.start_run(model, policy, config, resume=True)
+        run_ids[policy] = run_id
+        done = store.finished_tasks(run_id)
+        for task in tasks:
+            if str(task.task_id) in done:
+                skipped += 1
+            else:
+                pending.append((task, policy))
+    return Plan(run_ids, pending, skipped)
+
+
+def run_batch(
+    tasks: Sequence[Task],
+    policies: Sequence[str],
+    settings: AgentSettings,
+    db: str | Path,
+    workers: int = 1,
+    on_episode: Callable[[dict[str, Any]], None] | None = None,
+    on_plan: Callable[[Plan], None] | None = None,
+) -> tuple[Plan, TraceSummary]:
+    """Run every unfinished (task, policy) episode; returns the plan and the summary of this eval's runs."""
+    from traces.store import TraceStore
+
+    check_policy_names(policies, settings.overrides)
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    with TraceStore(db) as store:
+        the_plan = plan(store, tasks, policies, settings)
+    if on_plan is not None:
+        on_plan(the_plan)
+    site_names = sorted({name for task, _ in the_plan.pending for name in task.sites})
+    if the_plan.pending:
+        if workers == 1:
+            worker = Worker(db, settings, site_names)
+            try:
+                for task, policy in the_plan.pending:
+                    result = worker.run(task, policy, the_plan.run_ids[policy])
+                    if on_episode is not None:
+                        on_episode(asdict(result))
+            finally:
+                worker.close()
+        else:
+            _run_parallel(the_plan, db, settings, site_names, workers, on_episode)
+    with TraceStore(db) as store:
+        summary = store.summary(run_ids=the_plan.run_ids.values())
+    return the_plan, summary
+
+
+def _run_parallel(the_plan: Plan, db: str | Path, settings: AgentSettings, site_names: list[str], workers: int,
+                  on_episode: Callable[[dict[str, Any]], None] | None) -> None:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # no fork after torch and Playwright threads exist
+    n = min(workers, len(the_plan.pending))
+    with ProcessPoolExecutor(n, mp_context=ctx, initializer=_init_worker,
+                             initargs=(str(db), settings, site_names)) as pool:  # fmt: skip
+        futures = {pool.submit(_run_in_worker, t, p, the_plan.run_ids[p]) for t, p in the_plan.pending}
+        try:
+            while futures:
+                finished, futures = wait(futures, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    result = fut.result()
+                    if on_episode is not None:
+                        on_episode(result)
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise

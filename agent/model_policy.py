@@ -1,0 +1,224 @@
+"""Agent policies: the language model behind one live Conf-KV cache (`ModelPolicy`) and a scripted fake.
+
+Why one cache per episode: the anchor agent runtimes re-send the whole prompt every step, so prefill grows with the
+episode. Here each step appends only the new chat turn (the previous reply's end marker, the new observation and
+the assistant header) to the cache that already holds everything before it; `StepInfo.prefilled_tokens` records
+exactly how many tokens went through the model, next to the logical context length `total_tokens`.
+
+Every policy has the same small interface the episode loop uses:
+    policy.begin(task_intent); text, info = policy.act(observation, last_result); policy.memory() ; policy.close()
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agent.constrained import ActionGrammar, ConstrainedDecoder, token_index
+from agent.prompt import ChatConversation, system_prompt, user_message
+from traces.records import DecodeToken
+
+if TYPE_CHECKING:
+    import torch
+
+    from agent.observation import Observation
+    from confkv.policies import PolicyConfig
+
+STOP_TOKEN_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "</s>")
+
+
+@dataclass
+class StepInfo:
+    """What one decision cost and what the cache looked like (None where a policy has no model)."""
+
+    raw_output: str
+    observation_tokens: int | None = None
+    prefilled_tokens: int | None = None  # tokens run through the model this step (new turn only)
+    total_tokens: int | None = None  # logical context length after the step
+    output_tokens: int | None = None  # generated tokens, stop token included
+    prefill_ms: float | None = None
+    decode_ms: float | None = None
+    kept_tokens_per_layer: list[int] = field(default_factory=list)
+    kv_bytes: int | None = None
+    tokens: list[DecodeToken] = field(default_factory=list)  # one row per generated token (trace decode_tokens)
+
+
+@dataclass
+class MemoryFigures:
+    peak_kv_bytes: int
+    full_kv_bytes: int
+
+
+class AgentPolicy(Protocol):
+    name: str
+    model_name: str
+
+    def begin(self, task_intent: str) -> None: ...
+    def act(self, observation: Observation, last_result: str | None) -> tuple[str, StepInfo]: ...
+    def memory(self) -> MemoryFigures | None: ...
+    def close(self) -> None: ...
+
+
+class ScriptedPolicy:
+    """Replays a fixed list of replies (e.g. a task's `reference_solution`): a deterministic fake for tests.
+
+    Replies are returned verbatim, so a list may hold malformed text to exercise parse failures. Once the list is
+    exhausted it replies with an empty string (a parse failure), which lets the stop rules end the episode.
+    """
+
+    def __init__(self, actions: Sequence[str], name: str = "scripted", model_name: str = "scripted") -> None:
+        self.actions = list(actions)
+        self.name = name
+        self.model_name = model_name
+        self.position = 0
+        self.seen: list[tuple[Observation, str | None]] = []
+
+    def begin(self, task_intent: str) -> None:
+        self.position = 0
+        self.seen = []
+
+    def act(self, observation: Observation, last_result: str | None) -> tuple[str, StepInfo]:
+        self.seen.append((observation, last_result))
+        text = self.actions[self.position] if self.position < len(self.actions) else ""
+        self.position += 1
+        return text, StepInfo(raw_output=text)
+
+    def memory(self) -> MemoryFigures | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def stop_token_ids(tokenizer: Any) -> list[int]:
+    """End-of-turn ids: the tokenizer's EOS plus the usual chat end markers it knows."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    vocab = tokenizer.get_vocab()
+    ids |= {vocab[t] for t in STOP_TOKEN_TEXTS if t in vocab}
+    if not ids:
+        raise ValueError("the tokenizer has no end-of-sequence token; cannot tell where a reply ends")
+    return sorted(ids)
+
+
+class ModelPolicy:
+    """A causal LM deciding actions through one `ConfKVSession` per episode (append-only chat, greedy decoding)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        kv_policy: PolicyConfig | str = "confkv",
+        constrained: bool = True,
+        max_action_tokens: int = 48,
+        reasoning: bool = False,
+        model_name: str = "model",
+        repeat_task: bool = True,
+    ) -> None:
+        from confkv.policies import get_policy
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.kv_policy = get_policy(kv_policy) if isinstance(kv_policy, str) else kv_policy
+        self.name = self.kv_policy.name
+        self.model_name = model_name
+        self.constrained = constrained
+        self.reasoning = reasoning
+        self.max_action_tokens = max_action_tokens + (64 if reasoning else 0)
+        self.repeat_task = repeat_task
+        self.stop_ids = stop_token_ids(tokenizer)
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.index = token_index(tokenizer, self.vocab_size) if constrained else None
+        self.session: Any = None
+        self.chat: ChatConversation | None = None
+        self.intent = ""
+        self.step_no = 0
+        self.system_tokens = 0
+
+    def begin(self, task_intent: str) -> None:
+        """Start an episode: a fresh cache, and a chat holding only the system prompt (the task comes each turn)."""
+        from confkv.session import ConfKVSession
+
+        self.close()
+        self.session = ConfKVSession(self.model, self.kv_policy, tokenizer=self.tokenizer)
+        system = system_prompt(self.reasoning)
+        if not self.repeat_task:
+            system += f"\nYour task: {task_intent}\n"
+        self.chat = ChatConversation(self.tokenizer, system)
+        self.intent = task_intent
+        self.step_no = 0
+        # Prefill the system prompt now and pin it: the grammar and rules must survive any budget. Each turn then
+        # pins itself while the model decides (see act), so the budget only governs what is kept of older turns.
+        head = self.chat.render(add_generation_prompt=False)
+        self.chat.cached_text = head
+        self.session.append(self.tokenizer(head, add_special_tokens=False).input_ids)
+        self.system_tokens = self.session.seen
+        self.session.cache.pin([(0, self.system_tokens)])
+
+    def _hook(self, observation: Observation) -> ConstrainedDecoder | None:
+        if not self.constrained:
+            return None
+        assert self.index is not None
+        grammar = ActionGrammar(
+            observation.nodes or observation.ids, n_tabs=len(observation.tabs),
+            reasoning_chars=160 if self.reasoning else 0,
+        )  # fmt: skip
+        return ConstrainedDecoder(grammar, self.index, self.stop_ids, self.max_action_tokens)
+
+    def act(self, observation: Observation, last_result: str | None) -> tuple[str, StepInfo]:
+        """Append the new turn (only its tokens), decode one reply, record per-token confidence and cache size."""
+        if self.session is None or self.chat is None:
+            raise RuntimeError("call begin(task_intent) before act()")
+        session, tok = self.session, self.tokenizer
+        intent = self.intent if self.repeat_task else "see above"
+        suffix = self.chat.user_turn(user_message(intent, observation, last_result, self.step_no))
+        ids = tok(suffix, add_special_tokens=False).input_ids
+        session.cache.pin([(0, self.system_tokens), (session.seen, None)])  # the previous turn is released
+        t0 = time.perf_counter()
+        session.append(ids)
+        t1 = time.perf_counter()
+        rows: list[DecodeToken] = []
+
+        def on_token(token: int, record: Any) -> None:
+            rows.append(
+                DecodeToken(
+                    token_index=len(rows),
+                    token_text=tok.decode([token], skip_special_tokens=False, clean_up_tokenization_spaces=False),
+                    confidence=min(1.0, max(0.0, float(record.confidence))),
+                    budget=record.budget if record.budget is not None else session.seen,  # full: everything kept
+                    kept_tokens=record.kept_tokens,
+                    kv_bytes=record.kv_bytes,
+                )
+            )
+
+        generated = session.decode(self.max_action_tokens, self.stop_ids, self._hook(observation), on_token)
+        t2 = time.perf_counter()
+        in_cache = generated[:-1] if generated and generated[-1] in self.stop_ids else generated
+        text = tok.decode(in_cache, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        self.chat.assistant_reply(text)
+        self.step_no += 1
+        memory = session.cache.memory()
+        return text, StepInfo(
+            raw_output=text,
+            observation_tokens=len(tok(observation.render(), add_special_tokens=False).input_ids),
+            prefilled_tokens=len(ids),
+            total_tokens=session.seen,
+            output_tokens=len(generated),
+            prefill_ms=(t1 - t0) * 1000,
+            decode_ms=(t2 - t1) * 1000,
+            kept_tokens_per_layer=list(memory.kept_tokens),
+            kv_bytes=memory.kv_bytes,
+            tokens=rows,
+        )
+
+    def memory(self) -> MemoryFigures | None:
+        if self.session is None:
+            return None
+        cache = self.session.cache
+        return MemoryFigures(peak_kv_bytes=int(cache.peak_kv_bytes), full_kv_bytes=int(cache.full_kv_bytes()))
+
+    def close(self) -> None:
+        """Drop the episode's cache (its memory is freed with it)."""
+        self.session = None
+        self.chat = None

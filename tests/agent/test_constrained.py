@@ -1,0 +1,104 @@
+"""Grammar-constrained decoding and the append-only chat: no browser, tiny tokenizer, random logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agent.actions import parse_action
+from agent.constrained import ActionGrammar, ConstrainedDecoder, TokenIndex
+from agent.prompt import ChatConversation, TemplateDriftError
+from tests.agent.tiny_chat import CHATML_TEMPLATE, tiny_chat_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_chat_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def index(tok):
+    return TokenIndex(tok, vocab_size=512)
+
+
+def _decode(tok, index, grammar, seed: int, max_tokens: int = 40, bias: torch.Tensor | None = None) -> str:
+    stop = [tok.eos_token_id]
+    hook = ConstrainedDecoder(grammar, index, stop, max_tokens)
+    gen = torch.Generator().manual_seed(seed)
+    generated: list[int] = []
+    for _ in range(max_tokens):
+        logits = torch.randn(512, generator=gen) * 4 + (bias if bias is not None else 0)
+        token = int(torch.argmax(hook(logits, generated)))
+        generated.append(token)
+        if token in stop:
+            break
+    return tok.decode([t for t in generated if t not in stop])
+
+
+def test_random_logits_always_give_a_valid_action_with_ids_from_the_page(tok, index):
+    ids = {3, 17, 42, 105}
+    grammar = ActionGrammar(ids, n_tabs=2, text_chars=20, answer_chars=20, url_chars=20)
+    verbs = set()
+    for seed in range(40):
+        action = parse_action(_decode(tok, index, grammar, seed))
+        verbs.add(action.verb)
+        if action.target is not None:
+            assert action.target in ids
+        if action.verb == "tab_focus":
+            assert action.index in (0, 1)
+        if action.verb == "type":
+            assert len(action.text) <= 20
+    assert len(verbs) >= 5  # the grammar does not collapse onto one verb
+
+
+def test_free_text_is_closed_before_the_token_budget_runs_out(tok, index):
+    grammar = ActionGrammar({1}, answer_chars=500)
+    stop_id = tok.convert_tokens_to_ids("stop")
+    bias = torch.zeros(512)
+    bias[stop_id] = 100.0  # the model wants `stop`, then rambles: the answer must still be closed in time
+    text = _decode(tok, index, grammar, seed=0, max_tokens=30, bias=bias)
+    action = parse_action(text)
+    assert action.verb == "stop" and action.answer.startswith("stop")  # closed although the model wanted more
+
+
+def test_mask_after_a_prefix_allows_only_continuations(tok, index):
+    grammar = ActionGrammar({7, 12})
+    hook = ConstrainedDecoder(grammar, index, [tok.eos_token_id], 40)
+    hook.states = grammar.advance(grammar.start(), "click [1")
+    allowed = {index.strings[i] for i in hook.allowed_mask().nonzero().flatten().tolist()}
+    assert allowed == {"2"}  # `click [1` can only become `click [12`
+    hook.states = grammar.advance(grammar.start(), "click [12]")
+    assert hook.allowed_mask().nonzero().flatten().tolist() == [tok.eos_token_id]
+    hook.states = grammar.advance(grammar.start(), "type [7] [blue")
+    mask = hook.allowed_mask()
+    assert mask[tok.convert_tokens_to_ids("b")] and mask[tok.convert_tokens_to_ids("]")]
+    assert not mask[tok.convert_tokens_to_ids("[")] and not mask[tok.eos_token_id]
+
+
+def test_reasoning_flag_puts_one_line_before_the_action(tok, index):
+    grammar = ActionGrammar({4}, reasoning_chars=30)
+    text = _decode(tok, index, grammar, seed=3, max_tokens=60)
+    assert "\nAction: " in text
+    parse_action(text)  # the parser finds the action on the last line
+
+
+def test_chat_appends_only_new_text_and_keeps_the_prefix(tok):
+    chat = ChatConversation(tok, "SYSTEM")
+    parts = [chat.user_turn("page one")]
+    chat.assistant_reply("click [1]")
+    parts.append("click [1]")
+    parts.append(chat.user_turn("page two"))
+    assert parts[2].startswith("<|im_end|>\n<|im_start|>user\npage two")
+    assert "page one" not in parts[2] and "SYSTEM" not in parts[2]
+    assert "".join(parts) == chat.render(add_generation_prompt=True)
+    with pytest.raises(ValueError, match="two user turns"):
+        chat.user_turn("again")
+
+
+def test_a_template_that_rewrites_old_turns_is_refused():
+    drifting = CHATML_TEMPLATE.replace("{{ m['content'] }}", "{{ m['content'] if loop.last else '...' }}")
+    chat = ChatConversation(tiny_chat_tokenizer(drifting), "SYSTEM")
+    chat.user_turn("page one")
+    chat.assistant_reply("click [1]")
+    with pytest.raises(TemplateDriftError, match="changed text that is already in the cache"):
+        chat.user_turn("page two")
