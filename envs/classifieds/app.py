@@ -8,15 +8,13 @@ user, the login gate and the template filters.
 
 from __future__ import annotations
 
-import functools
 import pathlib
 import sqlite3
-from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
-from flask import Flask, abort, flash, g, redirect, render_template, request, session, url_for
+from flask import Flask, abort, current_app, redirect, render_template, request, url_for
 
+from envs import webapp
 from envs.classifieds.seed import hash_password
 
 SECRET_KEY = "confkv-classifieds-local-only"  # fixed so sessions survive a server restart within a run
@@ -26,46 +24,20 @@ PRICE_UNITS = {"housing": "per month", "jobs": "per hour"}
 
 def db() -> sqlite3.Connection:
     """The request's connection, opened on first use and closed at teardown."""
-    if "db" not in g:
-        conn = sqlite3.connect(g.db_path)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA foreign_keys = ON")
-        g.db = conn
-    return g.db
+    return webapp.request_db(lambda: webapp.open_db(current_app.config["DB_PATH"]))
 
 
 def current_user() -> sqlite3.Row | None:
-    uid = session.get("user_id")
-    if uid is None:
-        return None
-    if "user" not in g:
-        g.user = db().execute("SELECT * FROM users WHERE id = ?", (uid,)).fetchone()
-        if g.user is None:  # the account vanished (e.g. after a reset to another seed): forget the stale session
-            session.clear()
-    return g.user
+    """The signed-in user; a session whose account vanished (e.g. after a reset to another seed) is forgotten."""
+    return webapp.session_user(db, forget_stale=True)
 
 
-def login_required(view: Callable[..., Any]) -> Callable[..., Any]:
-    """Send anonymous visitors to the sign-in page, remembering where they wanted to go."""
-
-    @functools.wraps(view)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        if current_user() is None:
-            target = request.full_path.rstrip("?")
-            return redirect(url_for("login", next=target))
-        return view(*args, **kwargs)
-
-    return wrapped
+login_required = webapp.login_guard(current_user, "login")
 
 
 def safe_next(target: str | None) -> str:
     """Only follow local paths after login, never another host."""
-    if not target:
-        return url_for("home")
-    parts = urlsplit(target)
-    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
-        return url_for("home")
-    return target
+    return webapp.safe_next(target, url_for("home"))
 
 
 def owned_listing(listing_id: int) -> sqlite3.Row:
@@ -90,10 +62,8 @@ def _register_auth(app: Flask) -> None:
             username = request.form.get("username", "").strip()
             password = request.form.get("password", "")
             user = db().execute("SELECT * FROM users WHERE username = ?", (username,)).fetchone()
-            if user is not None and user["password_hash"] == hash_password(username, password):
-                session.clear()
-                session["user_id"] = user["id"]
-                flash(f"Signed in as {user['display_name']}.")
+            if user is not None and webapp.hashes_match(user["password_hash"], hash_password(username, password)):
+                webapp.sign_in(user)
                 return redirect(safe_next(request.form.get("next")))
             error = "Invalid username or password."
         status = 401 if error else 200
@@ -101,9 +71,7 @@ def _register_auth(app: Flask) -> None:
 
     @app.route("/logout", methods=["POST"])
     def logout() -> Any:
-        session.clear()
-        flash("You have signed out.")
-        return redirect(url_for("home"))
+        return webapp.sign_out("home")
 
 
 def create_app(db_path: pathlib.Path) -> Flask:
@@ -119,15 +87,7 @@ def create_app(db_path: pathlib.Path) -> Flask:
     app.jinja_env.filters["money"] = money
     app.jinja_env.globals["price_units"] = PRICE_UNITS
 
-    @app.before_request
-    def _bind_db_path() -> None:
-        g.db_path = app.config["DB_PATH"]
-
-    @app.teardown_request
-    def _close_db(_exc: BaseException | None) -> None:
-        conn = g.pop("db", None)
-        if conn is not None:
-            conn.close()
+    app.teardown_request(webapp.close_request_db)
 
     @app.context_processor
     def _inject_user() -> dict[str, Any]:

@@ -7,13 +7,13 @@ The account `alex` owns a fixed set of listings and has message threads, so task
 
 from __future__ import annotations
 
-import hashlib
 import pathlib
 import random
 import sqlite3
 from datetime import datetime, timedelta
 
 from envs.classifieds import words as W
+from envs.webapp import fresh_db_file, pbkdf2_hex
 
 BASE_TIME = datetime(2024, 6, 1, 12, 0)
 FIRST_LISTING_ID = 1001
@@ -68,7 +68,7 @@ CREATE INDEX messages_thread ON messages(thread_id);
 
 def hash_password(username: str, password: str) -> str:
     """Salted PBKDF2 with the username as salt: deterministic (so seeding stays byte-identical) yet not plaintext."""
-    return hashlib.pbkdf2_hmac("sha256", password.encode(), username.encode(), 1000).hex()
+    return pbkdf2_hex(password, username, 1000)
 
 
 def _stamp(moment: datetime) -> str:
@@ -249,10 +249,7 @@ def _threads(rng: random.Random, users: list[tuple], listings: list[tuple]) -> t
 
 def build_db(db_path: pathlib.Path, seed: int = 0) -> None:
     """Create the schema and deterministic data at `db_path`, replacing any existing file."""
-    db_path = pathlib.Path(db_path)
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    if db_path.exists():
-        db_path.unlink()
+    db_path = fresh_db_file(db_path)
     rng = random.Random(seed)
     users = _users(rng)
     listings = _listings(rng, users)

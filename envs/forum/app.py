@@ -6,15 +6,13 @@ themselves live in `browse.py` (reading) and `posting.py` (everything that chang
 
 from __future__ import annotations
 
-import functools
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from flask import Flask, abort, flash, g, redirect, render_template, request, session, url_for
+from flask import Flask, abort, g, redirect, render_template, request
 from werkzeug.security import check_password_hash
 
+from envs import webapp
 from envs.forum import db
 
 SECRET_KEY = "confkv-forum-fixed-secret"  # fixed so a session cookie stays valid across server restarts
@@ -22,39 +20,23 @@ SECRET_KEY = "confkv-forum-fixed-secret"  # fixed so a session cookie stays vali
 
 def get_db() -> sqlite3.Connection:
     """One connection per request, opened lazily and closed on teardown."""
-    if "db" not in g:
-        g.db = db.connect(g.db_path)
-    return g.db
+    return webapp.request_db(lambda: db.connect(g.db_path))
 
 
 def safe_next(target: str | None, default: str = "/") -> str:
     """Only same-site relative paths may be redirect targets (no open redirects to other origins)."""
-    if not target:
-        return default
-    parts = urlsplit(target)
-    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
-        return default
-    return target
+    return webapp.safe_next(target, default)
 
 
-def login_required(view: Callable) -> Callable:
-    """Send anonymous visitors to /login?next=<where they were going>; POSTs come back to their `next` page."""
-
-    @functools.wraps(view)
-    def wrapped(*args, **kwargs):
-        if g.user is None:
-            if request.method == "POST":
-                target = safe_next(request.form.get("next"), request.path)
-            else:
-                target = request.full_path.rstrip("?")
-            return redirect(url_for("login", next=target))
-        return view(*args, **kwargs)
-
-    return wrapped
+def _login_next() -> str:
+    """POSTs come back to the page named by their `next` field (the form's page), other requests to themselves."""
+    if request.method == "POST":
+        return safe_next(request.form.get("next"), request.path)
+    return webapp.current_path()
 
 
-def current_page_path() -> str:
-    return request.full_path.rstrip("?")
+# Send anonymous visitors to /login?next=<where they were going>.
+login_required = webapp.login_guard(lambda: g.user, "login", _login_next)
 
 
 def create_app(db_path: Path) -> Flask:
@@ -68,18 +50,14 @@ def create_app(db_path: Path) -> Flask:
     @app.before_request
     def load_user() -> None:
         g.db_path = db_path
-        user_id = session.get("user_id")
-        g.user = db.get_user(get_db(), user_id=user_id) if user_id is not None else None
+        g.pop("user", None)  # re-read every request, even when an outer app context keeps `g` alive between them
+        webapp.session_user(get_db)  # sets g.user, which the views and templates read
 
-    @app.teardown_appcontext
-    def close_db(_exc: BaseException | None) -> None:
-        conn = g.pop("db", None)
-        if conn is not None:
-            conn.close()
+    app.teardown_appcontext(webapp.close_request_db)
 
     @app.context_processor
     def template_globals() -> dict:
-        return {"user": g.get("user"), "here": current_page_path(), "search_query": request.args.get("q", "")}
+        return {"user": g.get("user"), "here": webapp.current_path(), "search_query": request.args.get("q", "")}
 
     @app.route("/login", methods=["GET", "POST"])
     def login():
@@ -90,9 +68,7 @@ def create_app(db_path: Path) -> Flask:
             password = request.form.get("password", "")
             row = db.get_user(get_db(), username=username) if username else None
             if row is not None and check_password_hash(row["password_hash"], password):
-                session.clear()
-                session["user_id"] = row["id"]
-                flash(f"Signed in as {row['display_name']}.")
+                webapp.sign_in(row)
                 return redirect(next_url)
             error = "Wrong username or password." if username and password else "Enter a username and a password."
         status = 401 if error else 200
@@ -100,9 +76,7 @@ def create_app(db_path: Path) -> Flask:
 
     @app.post("/logout")
     def logout():
-        session.clear()
-        flash("You have signed out.")
-        return redirect(url_for("front_page"))
+        return webapp.sign_out("front_page")
 
     @app.errorhandler(404)
     def not_found(_err):

@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from envs.forum.seed import SITE_NOW, TIME_FORMAT
+from envs.webapp import open_db
 
 PAGE_SIZE = 20
 SORTS = ("hot", "new", "top")
@@ -37,9 +38,7 @@ def hot(score: int, created_at: str) -> float:
 def connect(db_path: Path) -> sqlite3.Connection:
     if not Path(db_path).exists():
         raise FileNotFoundError(f"forum database not found at {db_path}; build it with envs.forum.seed.build_db")
-    conn = sqlite3.connect(db_path)
-    conn.row_factory = sqlite3.Row
-    conn.execute("PRAGMA foreign_keys = ON")
+    conn = open_db(db_path)
     conn.create_function("hot", 2, hot, deterministic=True)
     return conn
 

@@ -7,7 +7,6 @@ restore exactly the state the task was written against.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 import sqlite3
@@ -15,6 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from envs.forum import wordlists as words
+from envs.webapp import fresh_db_file, pbkdf2_hex
 
 # The site's fixed "now": seeded timestamps lie before it and hot ranking measures age from it, so orderings do not
 # drift with the wall clock between the day a task was written and the day it is replayed.
@@ -77,8 +77,7 @@ CREATE INDEX comments_author ON comments(author_id);
 
 def hash_password(password: str, salt: str) -> str:
     """Werkzeug-compatible pbkdf2 hash with a caller-chosen salt, so seeding stays deterministic."""
-    digest = hashlib.pbkdf2_hmac("sha256", password.encode(), salt.encode(), PBKDF2_ITERATIONS).hex()
-    return f"pbkdf2:sha256:{PBKDF2_ITERATIONS}${salt}${digest}"
+    return f"pbkdf2:sha256:{PBKDF2_ITERATIONS}${salt}${pbkdf2_hex(password, salt, PBKDF2_ITERATIONS)}"
 
 
 def _stamp(moment: datetime) -> str:
@@ -162,10 +161,7 @@ def _make_comments(rng: random.Random, threads: list[dict], n_users: int) -> lis
 
 def build_db(db_path: Path, seed: int = 0) -> None:
     """Create the forum database at `db_path` (replacing any file there) with data derived only from `seed`."""
-    db_path = Path(db_path)
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    if db_path.exists():
-        db_path.unlink()
+    db_path = fresh_db_file(db_path)
     rng = random.Random(seed)
     users = _make_users(rng)
     threads = _make_threads(rng, len(users))

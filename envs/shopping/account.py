@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import hmac
+from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
 
-from flask import Blueprint, abort, flash, redirect, render_template, request, session, url_for
-
+from envs import webapp
 from envs.shopping.db import current_user, get_db, login_required, safe_next
 from envs.shopping.seed import hash_password
 
@@ -24,20 +23,16 @@ def login():
     username = request.form.get("username", "").strip()
     password = request.form.get("password", "")
     user = get_db().execute("SELECT * FROM users WHERE username=?", (username,)).fetchone()
-    if user is None or not hmac.compare_digest(user["password_hash"], hash_password(username, password)):
+    if user is None or not webapp.hashes_match(user["password_hash"], hash_password(username, password)):
         flash("Wrong username or password.")
         return render_template("login.html", next_url=next_url, username=username), 401
-    session.clear()
-    session["user_id"] = user["id"]
-    flash(f"Signed in as {user['display_name']}.")
+    webapp.sign_in(user)
     return redirect(safe_next(next_url))
 
 
 @bp.route("/logout", methods=["POST"])
 def logout():
-    session.clear()
-    flash("You have signed out.")
-    return redirect(url_for("catalog.home"))
+    return webapp.sign_out("catalog.home")
 
 
 @bp.route("/account", methods=["GET", "POST"])

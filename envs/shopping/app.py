@@ -8,8 +8,9 @@ from typing import Any
 from flask import Flask, render_template
 from werkzeug.exceptions import HTTPException
 
+from envs import webapp
 from envs.shopping import account, catalog, orders
-from envs.shopping.db import cart_count, close_db, current_user, get_db, money, url_with
+from envs.shopping.db import cart_count, current_user, get_db, money, url_with
 
 # Fixed so sessions survive a server restart within a benchmark run; the site only listens on 127.0.0.1.
 SECRET_KEY = "confkv-onestopshop-local-only"
@@ -23,7 +24,7 @@ def create_app(db_path: Path) -> Flask:
                                 "envs.shopping.seed.build_db(path, seed)")
     app = Flask(__name__)
     app.config.update(DB_PATH=str(db_path), SECRET_KEY=SECRET_KEY, SESSION_COOKIE_NAME="onestopshop_session")
-    app.teardown_appcontext(close_db)
+    app.teardown_appcontext(webapp.close_request_db)
     app.register_blueprint(catalog.bp)
     app.register_blueprint(orders.bp)
     app.register_blueprint(account.bp)

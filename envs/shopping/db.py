@@ -6,62 +6,37 @@ overwrites the database file's contents, is visible to the very next request.
 
 from __future__ import annotations
 
-import functools
 import sqlite3
-from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
-from flask import current_app, g, redirect, request, session, url_for
+from flask import current_app, request, url_for
+
+from envs import webapp
 
 PAGE_SIZE = 20
 
 
 def get_db() -> sqlite3.Connection:
     """The request's connection (rows addressable by column name)."""
-    if "db" not in g:
-        conn = sqlite3.connect(current_app.config["DB_PATH"], timeout=10)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA foreign_keys = ON")
-        g.db = conn
-    return g.db
-
-
-def close_db(_exc: BaseException | None = None) -> None:
-    conn = g.pop("db", None)
-    if conn is not None:
-        conn.close()
+    return webapp.request_db(lambda: webapp.open_db(current_app.config["DB_PATH"], timeout=10))
 
 
 def current_user() -> sqlite3.Row | None:
     """The signed-in user's row, or None; a session whose user vanished (after a reset) counts as signed out."""
-    if "user" not in g:
-        uid = session.get("user_id")
-        g.user = get_db().execute("SELECT * FROM users WHERE id=?", (uid,)).fetchone() if uid else None
-    return g.user
+    return webapp.session_user(get_db)
 
 
-def login_required(view: Callable[..., Any]) -> Callable[..., Any]:
-    """Send anonymous visitors to the login form, remembering where they were going."""
+def _login_next() -> str:
+    """Where to return after login: the page itself for GETs, only the path for form posts (their query is moot)."""
+    return (request.full_path if request.method == "GET" else request.path).rstrip("?")
 
-    @functools.wraps(view)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        if current_user() is None:
-            target = request.full_path if request.method == "GET" else request.path
-            return redirect(url_for("account.login", next=target.rstrip("?")))
-        return view(*args, **kwargs)
 
-    return wrapped
+login_required = webapp.login_guard(current_user, "account.login", _login_next)
 
 
 def safe_next(target: str | None) -> str:
     """Only same-site relative paths are followed after login (no open redirect)."""
-    if not target:
-        return url_for("catalog.home")
-    parts = urlsplit(target)
-    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
-        return url_for("catalog.home")
-    return target
+    return webapp.safe_next(target, url_for("catalog.home"))
 
 
 def money(cents: int) -> str:

@@ -14,6 +14,7 @@ import sqlite3
 from pathlib import Path
 
 from envs.shopping import words
+from envs.webapp import fresh_db_file, pbkdf2_hex
 
 SCHEMA = """
 CREATE TABLE users (
@@ -70,8 +71,7 @@ SHIPPING_CENTS = 599
 def hash_password(username: str, password: str) -> str:
     """Salted PBKDF2; the salt is derived from the username so the seeded DB stays byte-identical per seed."""
     salt = hashlib.sha256(f"onestopshop:{username}".encode()).hexdigest()[:16]
-    digest = hashlib.pbkdf2_hmac("sha256", password.encode(), salt.encode(), 20_000).hex()
-    return f"pbkdf2:{salt}:{digest}"
+    return f"pbkdf2:{salt}:{pbkdf2_hex(password, salt, 20_000)}"
 
 
 def shipping_for(subtotal_cents: int) -> int:
@@ -81,10 +81,7 @@ def shipping_for(subtotal_cents: int) -> int:
 
 def build_db(db_path: Path, seed: int = 0) -> None:
     """Create the schema and fill it deterministically from `seed`; an existing file is replaced."""
-    db_path = Path(db_path)
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    if db_path.exists():
-        db_path.unlink()
+    db_path = fresh_db_file(db_path)
     rng = random.Random(seed)
     conn = sqlite3.connect(db_path)
     try:

@@ -10,32 +10,7 @@ import pytest
 
 from envs.classifieds import build_db, create_app
 
-
-@pytest.fixture(scope="module")
-def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("classifieds") / "seed0.db"
-    build_db(path, seed=0)
-    return path
-
-
-@pytest.fixture()
-def db_path(seeded: Path, tmp_path: Path) -> Path:
-    """A private copy per test, so state changes in one test never leak into another."""
-    path = tmp_path / "site.db"
-    path.write_bytes(seeded.read_bytes())
-    return path
-
-
-@pytest.fixture()
-def client(db_path: Path):
-    return create_app(db_path).test_client()
-
-
-@pytest.fixture()
-def alex(client):
-    resp = client.post("/login", data={"username": "alex", "password": "confkv"})
-    assert resp.status_code == 302
-    return client
+SITE = "classifieds"  # read by the fixtures in conftest.py
 
 
 def query(db_path: Path, sql: str, *params):

@@ -11,32 +11,7 @@ import pytest
 from envs.forum import build_db, create_app
 from envs.forum.db import PAGE_SIZE
 
-
-@pytest.fixture(scope="module")
-def seeded_db(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("forum_seed") / "forum.db"
-    build_db(path, seed=0)
-    return path
-
-
-@pytest.fixture
-def db_path(seeded_db: Path, tmp_path: Path) -> Path:
-    """A private copy per test, so state-changing tests do not leak into each other."""
-    path = tmp_path / "forum.db"
-    path.write_bytes(seeded_db.read_bytes())
-    return path
-
-
-@pytest.fixture
-def client(db_path: Path):
-    return create_app(db_path).test_client()
-
-
-@pytest.fixture
-def alex(client):
-    response = client.post("/login", data={"username": "alex", "password": "confkv"})
-    assert response.status_code == 302
-    return client
+SITE = "forum"  # read by the fixtures in conftest.py
 
 
 def query(db_path: Path, sql: str, *params):
@@ -59,22 +34,22 @@ def other_thread(db_path: Path) -> tuple[int, str, int]:
 
 # --- seeding -------------------------------------------------------------------------------------------------------
 
-def test_same_seed_gives_byte_identical_db_and_other_seed_differs(tmp_path: Path, seeded_db: Path):
+def test_same_seed_gives_byte_identical_db_and_other_seed_differs(tmp_path: Path, seeded: Path):
     again, other = tmp_path / "again.db", tmp_path / "other.db"
     build_db(again, seed=0)
     build_db(other, seed=1)
-    assert again.read_bytes() == seeded_db.read_bytes()
+    assert again.read_bytes() == seeded.read_bytes()
     assert query(other, "SELECT title FROM threads ORDER BY id") != query(again, "SELECT title FROM threads ORDER BY id")
 
 
-def test_seed_has_realistic_volume(seeded_db: Path):
-    assert query(seeded_db, "SELECT COUNT(*) FROM forums")[0][0] == 10
-    assert query(seeded_db, "SELECT COUNT(*) FROM threads")[0][0] >= 250
-    assert query(seeded_db, "SELECT COUNT(*) FROM comments")[0][0] >= 1500
-    assert query(seeded_db, "SELECT COUNT(*) FROM comments WHERE parent_id IS NOT NULL")[0][0] > 100
-    assert query(seeded_db, "SELECT display_name FROM users WHERE username = 'alex'") == [("Alex Rivera",)]
-    assert query(seeded_db, "SELECT COUNT(*) FROM threads WHERE author_id = 1")[0][0] >= 3
-    titles = [r[0] for r in query(seeded_db, "SELECT title FROM threads")]
+def test_seed_has_realistic_volume(seeded: Path):
+    assert query(seeded, "SELECT COUNT(*) FROM forums")[0][0] == 10
+    assert query(seeded, "SELECT COUNT(*) FROM threads")[0][0] >= 250
+    assert query(seeded, "SELECT COUNT(*) FROM comments")[0][0] >= 1500
+    assert query(seeded, "SELECT COUNT(*) FROM comments WHERE parent_id IS NOT NULL")[0][0] > 100
+    assert query(seeded, "SELECT display_name FROM users WHERE username = 'alex'") == [("Alex Rivera",)]
+    assert query(seeded, "SELECT COUNT(*) FROM threads WHERE author_id = 1")[0][0] >= 3
+    titles = [r[0] for r in query(seeded, "SELECT title FROM threads")]
     assert len(set(titles)) == len(titles), "thread titles must be unique so tasks can name them"
 
 
@@ -256,8 +231,8 @@ def test_edit_own_comment_and_refuse_others(alex, db_path):
     assert alex.post(f"/comment/{own}/edit", data={"body": " "}).status_code == 400
 
 
-def test_reset_by_overwriting_file_is_seen_at_once(alex, db_path, seeded_db):
+def test_reset_by_overwriting_file_is_seen_at_once(alex, db_path, seeded):
     thread_id, forum = alex_thread(db_path)
     alex.post(f"/f/{forum}/{thread_id}/edit", data={"title": "Temporary", "body": ""})
-    db_path.write_bytes(seeded_db.read_bytes())
+    db_path.write_bytes(seeded.read_bytes())
     assert "Temporary" not in alex.get(f"/f/{forum}/{thread_id}").get_data(as_text=True)

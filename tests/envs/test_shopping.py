@@ -6,36 +6,9 @@ import re
 import sqlite3
 from pathlib import Path
 
-import pytest
-
-from envs.shopping.app import create_app
 from envs.shopping.seed import build_db
 
-
-@pytest.fixture(scope="module")
-def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("shop") / "template.sqlite"
-    build_db(path, seed=0)
-    return path
-
-
-@pytest.fixture
-def db_path(seeded: Path, tmp_path: Path) -> Path:
-    live = tmp_path / "live.sqlite"
-    live.write_bytes(seeded.read_bytes())
-    return live
-
-
-@pytest.fixture
-def client(db_path: Path):
-    return create_app(db_path).test_client()
-
-
-@pytest.fixture
-def alex(client):
-    response = client.post("/login", data={"username": "alex", "password": "confkv"})
-    assert response.status_code == 302
-    return client
+SITE = "shopping"  # read by the fixtures in conftest.py
 
 
 def query(db_path: Path, sql: str, *params: object) -> list[tuple]:
