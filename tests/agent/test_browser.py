@@ -182,7 +182,15 @@ def test_no_chromium_survives_the_session(site, tmp_path, raised) -> None:
     assert [p for p in pids if procs.is_alive(p)] == []
 
 
-def test_ctrl_c_during_a_browser_call_leaves_no_chromium(site) -> None:
+@pytest.fixture
+def ctrl_c_enabled():
+    """A runner started in the background (nohup, CI) inherits SIGINT as ignored: restore Python's Ctrl-C handler."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_during_a_browser_call_leaves_no_chromium(site, ctrl_c_enabled) -> None:
     pids: set[int] = set()
     with pytest.raises(KeyboardInterrupt):
         with BrowserSession([site.url]) as s:
