@@ -10,6 +10,7 @@ because "confkv" has no mask function registered, `transformers` builds no mask:
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from confkv.kernels import segmented_attention
@@ -38,6 +39,14 @@ def confkv_attention(
         scaling = query.shape[-1] ** -0.5
     q_pos = layer.q_pos if key.q_len > 1 else None  # a single new token sees every kept key
     want_mass = layer.wants_mass
+    if not want_mass and layer.q8.n == 0 and (q_pos is None or layer.rules.budget() is None):
+        # Nothing to rank, nothing quantized, and positions shared by all heads (decode, or nothing evicted yet):
+        # torch's fused sdpa is the fastest exact path (e.g. `full`).
+        k, v = layer.fp.view("k"), layer.fp.view("v")
+        mask = None if q_pos is None else layer.fp.view("pos")[:, :1, None, :] <= q_pos[:, None, :, None]
+        out = F.scaled_dot_product_attention(query, k, v, attn_mask=mask, scale=float(scaling), enable_gqa=True)
+        layer.after_attention(None)
+        return out.transpose(1, 2).contiguous(), None
     out, mass = segmented_attention(query, layer.segments(), q_pos, float(scaling), want_mass)
     if mass is not None:
         b, hq, t = mass.shape
