@@ -191,7 +191,9 @@ class BrowserSession:
                 _release_playwright() if closer is self._pw else closer.close()
             except BaseException:  # noqa: BLE001 - shutdown must continue whatever the driver says
                 pass
-        procs.kill_all(leftovers | self.chromium_pids(), must_contain="chrom")
+        ours = leftovers | self.chromium_pids()
+        procs.kill_all(ours, must_contain="chrom")
+        procs.wait_gone(ours)
         self._context = self._browser = self._pw = None
         self._active = None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 _PROC = Path("/proc")
@@ -80,3 +81,14 @@ def kill_all(pids: set[int], must_contain: str = "") -> set[int]:
             except (ProcessLookupError, PermissionError):
                 pass
     return killed
+
+
+def wait_gone(pids: set[int], timeout_s: float = 3.0) -> set[int]:
+    """Wait until none of `pids` is alive (SIGKILL is asynchronous: a process is torn down a few ms later);
+    returns the ones still alive at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    alive = {p for p in pids if is_alive(p)}
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = {p for p in alive if is_alive(p)}
+    return alive
