@@ -135,6 +135,19 @@ def write_json(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
+def save_outputs(
+    result: dict[str, Any], out_dir: Path | str, bench: str, model: str, plots: dict[str, Any] | None = None
+) -> list[Path]:
+    """Write `<bench>-<model>.json` and one `<name>-<model>.png` per `plots` entry (`{name: draw(path)}`);
+    returns the written paths."""
+    paths = [write_json(results_path(out_dir, bench, model), result)]
+    for name, plot in (plots or {}).items():
+        png = results_path(out_dir, name, model, "png")
+        plot(png)
+        paths.append(png)
+    return paths
+
+
 def fmt(value: Any, digits: int = 2) -> str:
     if value is None:
         return "-"

@@ -169,7 +169,7 @@ def plot_scatter(result: dict, path) -> None:
 def run(model_name: str, quick: bool, out_dir, n_positions: int | None = None, ablate: int = 256,
         progress: Progress | None = None) -> tuple[dict, list]:
     """The `bench klshift` command: writes klshift-<model>.json and a scatter PNG."""
-    from confkv.bench.common import corpus_ids, load_model, results_path, write_json
+    from confkv.bench.common import corpus_ids, load_model, save_outputs
 
     model, tokenizer = load_model(model_name)
     limit = getattr(model.config, "max_position_embeddings", None) or 4096
@@ -177,10 +177,7 @@ def run(model_name: str, quick: bool, out_dir, n_positions: int | None = None, a
                         ablate=ablate)
     result = run_klshift(model, corpus_ids(tokenizer, cfg.n_tokens), cfg, progress)
     result.update(model=model_name, quick=quick)
-    paths = [write_json(results_path(out_dir, "klshift", model_name), result)]
-    plot_scatter(result, results_path(out_dir, "klshift", model_name, "png"))
-    paths.append(results_path(out_dir, "klshift", model_name, "png"))
-    return result, paths
+    return result, save_outputs(result, out_dir, "klshift", model_name, {"klshift": lambda p: plot_scatter(result, p)})
 
 
 def table(result: dict):

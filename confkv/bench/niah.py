@@ -243,7 +243,7 @@ def run(model_name: str, quick: bool, out_dir, lengths: tuple[int, ...] | None =
         depths: tuple[float, ...] | None = None, overrides: dict[str, str] | None = None,
         progress: Progress | None = None) -> tuple[dict, list]:
     """The `bench niah` command: writes niah-<model>.json, a heatmap PNG and the trace PNG."""
-    from confkv.bench.common import corpus_ids, load_model, results_path, write_json
+    from confkv.bench.common import corpus_ids, load_model, save_outputs
 
     model, tokenizer = load_model(model_name)
     limit = getattr(model.config, "max_position_embeddings", None) or 32768
@@ -256,13 +256,10 @@ def run(model_name: str, quick: bool, out_dir, lengths: tuple[int, ...] | None =
     haystack = corpus_ids(tokenizer, max(lengths))[len(bos):]
     result = run_niah(model, tokenizer, haystack, cfg, progress, prefix=bos)
     result.update(model=model_name, quick=quick)
-    paths = [write_json(results_path(out_dir, "niah", model_name), result)]
-    plot_heatmap(result, results_path(out_dir, "niah", model_name, "png"))
-    paths.append(results_path(out_dir, "niah", model_name, "png"))
+    plots = {"niah": lambda p: plot_heatmap(result, p)}
     if "trace" in result:
-        plot_trace(result["trace"], results_path(out_dir, "niah-trace", model_name, "png"))
-        paths.append(results_path(out_dir, "niah-trace", model_name, "png"))
-    return result, paths
+        plots["niah-trace"] = lambda p: plot_trace(result["trace"], p)
+    return result, save_outputs(result, out_dir, "niah", model_name, plots)
 
 
 

@@ -207,7 +207,7 @@ def run(
     overrides: dict[str, str] | None = None, progress: Progress | None = None,
 ) -> tuple[dict, list]:
     """The `bench ppl` command: load the model and text, run, write `ppl-<model>.json/.png`; returns (result, paths)."""
-    from confkv.bench.common import corpus_ids, load_model, results_path, write_json
+    from confkv.bench.common import corpus_ids, load_model, save_outputs
 
     model, tokenizer = load_model(model_name)
     limit = getattr(model.config, "max_position_embeddings", None) or 4096
@@ -220,10 +220,7 @@ def run(
     result = run_ppl(model, corpus_ids(tokenizer, n), cfg, progress)
     result["model"] = model_name
     result["quick"] = quick
-    paths = [write_json(results_path(out_dir, "ppl", model_name), result)]
-    plot_ppl(result, results_path(out_dir, "ppl", model_name, "png"))
-    paths.append(results_path(out_dir, "ppl", model_name, "png"))
-    return result, paths
+    return result, save_outputs(result, out_dir, "ppl", model_name, {"ppl": lambda p: plot_ppl(result, p)})
 
 
 def table(result: dict):

@@ -218,3 +218,16 @@ def test_memory_cli_reads_a_ppl_trajectory(tmp_path):
     assert (tmp_path / "memory-qwen2.5-32b.json").exists()
     bad = CliRunner().invoke(app, ["bench", "memory", "--trajectory", str(tmp_path / "nope.json")])
     assert bad.exit_code == 2 and "Invalid value" in bad.output
+
+
+def test_save_outputs_writes_the_json_and_every_plot(tmp_path):
+    drawn = []
+
+    def draw(path):
+        path.write_bytes(b"png")
+        drawn.append(path.name)
+
+    paths = common.save_outputs({"a": 1}, tmp_path, "niah", "org/model-x", {"niah": draw, "niah-trace": draw})
+    assert [p.name for p in paths] == ["niah-model-x.json", "niah-model-x.png", "niah-trace-model-x.png"]
+    assert drawn == ["niah-model-x.png", "niah-trace-model-x.png"]
+    assert json.loads(paths[0].read_text()) == {"a": 1}
