@@ -51,7 +51,6 @@ class ConfKVCache(Cache):
             model.set_attn_implementation(ATTN_NAME)
         self.n_layers = num_layers(model.config)
         self.schedule = self.policy.schedule()
-        self.ranker_factory = self.policy.make_ranker
         self.confidence: float | None = None
         self.global_budget: int | None = None
         self._layer_budgets: list[int] | None = None
