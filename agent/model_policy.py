@@ -148,13 +148,13 @@ class ModelPolicy:
         self.chat = ChatConversation(self.tokenizer, system)
         self.intent = task_intent
         self.step_no = 0
-        # Prefill the system prompt now and pin it: the grammar and rules must survive any budget. Each turn then
-        # pins itself while the model decides (see act), so the budget only governs what is kept of older turns.
+        # Prefill the system prompt now, pinned before its first chunk runs: the grammar and rules must survive any
+        # budget. Each turn then pins itself before it is appended (see act), so the budget only governs what is
+        # kept of older turns.
         head = self.chat.render(add_generation_prompt=False)
         self.chat.cached_text = head
-        self.session.append(self.tokenizer(head, add_special_tokens=False).input_ids)
+        self.session.append(self.tokenizer(head, add_special_tokens=False).input_ids, pin=True)
         self.system_tokens = self.session.seen
-        self.session.cache.pin([(0, self.system_tokens)])
 
     def _hook(self, observation: Observation) -> ConstrainedDecoder | None:
         if not self.constrained:
