@@ -135,6 +135,7 @@ class ModelPolicy:
         self.intent = ""
         self.step_no = 0
         self.system_tokens = 0
+        self.history: list[str] = []  # "OK: click [3]" / "FAILED: ..." per previous step, listed in each turn
 
     def begin(self, task_intent: str) -> None:
         """Start an episode: a fresh cache, and a chat holding only the system prompt (the task comes each turn)."""
@@ -148,6 +149,7 @@ class ModelPolicy:
         self.chat = ChatConversation(self.tokenizer, system)
         self.intent = task_intent
         self.step_no = 0
+        self.history = []
         # Prefill the system prompt now, pinned before its first chunk runs: the grammar and rules must survive any
         # budget. Each turn then pins itself before it is appended (see act), so the budget only governs what is
         # kept of older turns.
@@ -172,7 +174,9 @@ class ModelPolicy:
             raise RuntimeError("call begin(task_intent) before act()")
         session, tok = self.session, self.tokenizer
         intent = self.intent if self.repeat_task else "see above"
-        suffix = self.chat.user_turn(user_message(intent, observation, last_result, self.step_no))
+        if last_result:
+            self.history.append(last_result)
+        suffix = self.chat.user_turn(user_message(intent, observation, last_result, self.step_no, self.history))
         ids = tok(suffix, add_special_tokens=False).input_ids
         session.cache.pin([(0, self.system_tokens), (session.seen, None)])  # the previous turn is released
         t0 = time.perf_counter()
