@@ -262,6 +262,66 @@ def memory(
     _quality_output(result, paths, bench_mem.table, as_json)
 
 
+_DTYPE_INTENTS = ("What colour options does the Harbor Lamp come in?", "Open the newest notice and reply 'Thanks'.",
+                  "How many reviews does the second result have?", "Find the cheapest kettle and answer its price.")
+
+
+def _agent_prompts(tokenizer, n: int, tokens: int) -> list[list[int]]:
+    """Agent-shaped prompts: the real system prompt plus a user turn with a synthetic page, cut to `tokens`."""
+    from agent.observation import Observation
+    from agent.prompt import ChatConversation, system_prompt, user_message
+
+    prompts = []
+    for i in range(n):
+        items = "\n".join(f"[{k}] link 'Item {k} of aisle {i}' StaticText '${3 + k % 40}.{k % 100:02d}'"
+                          for k in range(10, 10 + tokens // 8))  # fmt: skip
+        obs = Observation(text=items, url=f"http://127.0.0.1:9999/aisle/{i}", title="Aisle", tabs=["Aisle"],
+                          active_tab=0)
+        chat = ChatConversation(tokenizer, system_prompt())
+        text = chat.user_turn(user_message(_DTYPE_INTENTS[i % len(_DTYPE_INTENTS)], obs, None, 0))
+        ids = tokenizer(text, add_special_tokens=False).input_ids
+        prompts.append(ids[:tokens])
+    return prompts
+
+
+@bench.command("dtype")
+def dtype_bench(
+    model: str = typer.Option("qwen2.5-coder-1.5b", "--model", help="registry name or HF directory"),
+    dtypes: str = typer.Option("fp32,bf16", "--dtypes", help="comma-separated, the first is the reference"),
+    prompts: int = typer.Option(4, "--prompts", min=1, help="agent-shaped prompts (interleaved across dtypes)"),
+    prompt_tokens: int = typer.Option(1024, "--prompt-tokens", min=16, help="tokens per prompt (prefill)"),
+    decode: int = typer.Option(16, "--decode", min=2, help="greedy tokens per prompt"),
+    out: str = typer.Option("results", "--out", help="directory for the results JSON"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """fp32 vs bf16 (etc.) on agent-shaped steps in one run: prefill tok/s, decode ms/token, step time, greedy."""
+    from pathlib import Path
+
+    from confkv.bench.dtype import format_report, run_dtype_bench
+    from confkv.models import load
+    from confkv.models.dtype import resolve_dtype
+
+    names = [d.strip() for d in dtypes.split(",") if d.strip()]
+    for name in names:
+        if name == "auto":
+            raise typer.BadParameter("name concrete dtypes here (e.g. fp32,bf16)", param_hint="--dtypes")
+        checked_dtype(name, announce=False)
+    _, tokenizer = load(model)
+    report = run_dtype_bench(lambda d: load(model, dtype=d)[0], names, _agent_prompts(tokenizer, prompts,
+                             prompt_tokens), decode, progress=lambda m: typer.echo(m, err=True))  # fmt: skip
+    report["model"] = model
+    report["auto_would_pick"] = resolve_dtype("auto")[1]
+    path = Path(out) / f"dtype_{model}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
+    if as_json:
+        typer.echo(json.dumps(report))
+        return
+    for line in format_report(report):
+        typer.echo(line)
+    typer.echo(f"auto: {report['auto_would_pick']}\nresults: {path}")
+
+
 def register(app: typer.Typer) -> None:
     """Add the `bench` sub-app (other areas add their bench commands to `bench` in this module)."""
     app.add_typer(bench, name="bench")

@@ -39,3 +39,18 @@ def test_load_applies_the_dtype_to_a_saved_model(tmp_path):
     loaded, _ = load(tmp_path / "m", dtype="bf16")
     assert next(loaded.parameters()).dtype == torch.bfloat16
     assert next(load(tmp_path / "m")[0].parameters()).dtype == torch.float32
+
+
+def test_dtype_bench_interleaves_and_scores_greedy_agreement():
+    from confkv.bench.dtype import format_report, run_dtype_bench
+    from confkv.testing import tiny_model
+
+    model, _ = tiny_model("llama")
+    models = {"fp32": model, "bf16": tiny_model("llama")[0].to(torch.bfloat16)}
+    prompts = [list(range(5, 45)), list(range(50, 70))]
+    report = run_dtype_bench(models.__getitem__, ["fp32", "bf16"], prompts, decode_tokens=6)
+    fp32, bf16 = report["rows"]
+    assert fp32["greedy_identical"] == 2 and fp32["greedy_prefix_share"] == 1.0 and fp32["step_time_vs_reference"] == 1
+    assert all(len(t) == 6 for t in bf16["tokens"]) and 0 <= bf16["greedy_prefix_share"] <= 1
+    assert fp32["prefill_tok_s"] > 0 and bf16["decode_ms_per_token"] > 0
+    assert "bf16" in format_report(report)[-1]
