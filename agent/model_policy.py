@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import torch
 
     from agent.observation import Observation
-    from confkv.policies import PolicyConfig
+    from confkv.policy import KVPolicy
 
 STOP_TOKEN_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "</s>")
 
@@ -109,7 +109,7 @@ class ModelPolicy:
         self,
         model: torch.nn.Module,
         tokenizer: Any,
-        kv_policy: PolicyConfig | str = "confkv",
+        kv_policy: KVPolicy | str = "confkv",
         constrained: bool = True,
         max_action_tokens: int = 48,
         reasoning: bool = False,
