@@ -124,7 +124,7 @@ class TraceStore:
     ) -> int:
         """Record a run (one model with one policy configuration) and return its id.
 
-        `policy_config` is a mapping or a dataclass (e.g. `KVPolicy`).  With `resume=True` the latest run with
+        `policy_config` is a mapping or a dataclass (e.g. `PolicyConfig`).  With `resume=True` the latest run with
         the same model, policy and config is returned instead of a new one, so a re-launched eval adds its
         episodes to the run it interrupted and `finished_tasks(run_id)` tells it what to skip.
         """
