@@ -15,6 +15,7 @@ their peak (reached after the layers' updates, before eviction), and the bytes a
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -159,13 +160,41 @@ def _logits(output: object) -> torch.Tensor | None:
     return logits if isinstance(logits, torch.Tensor) and logits.dim() == 3 else None
 
 
+_ATTN_CONFIGS: weakref.WeakKeyDictionary[torch.nn.Module, list] = weakref.WeakKeyDictionary()
+
+
+def _attn_configs(model: torch.nn.Module) -> list:
+    """Every config object the model's attention reads `_attn_implementation` from (the top config, sub-configs,
+    sub-models' own configs). Found once per model, when one `set_attn_implementation(ATTN_NAME)` also validates
+    the switch; `attach` then toggles these attributes directly (a module walk per decode step costs milliseconds)."""
+    configs = _ATTN_CONFIGS.get(model)
+    if configs is None:
+        found = {id(model.config): model.config}
+        for sub in model.modules():
+            config = getattr(sub, "config", None)
+            if config is not None and hasattr(config, "_attn_implementation_internal"):
+                found[id(config)] = config
+        for config in list(found.values()):
+            for key in getattr(config, "sub_configs", {}):
+                sub_config = getattr(config, key, None)
+                if sub_config is not None and hasattr(sub_config, "_attn_implementation_internal"):
+                    found[id(sub_config)] = sub_config
+        configs = list(found.values())
+        before = [config._attn_implementation_internal for config in configs]
+        model.set_attn_implementation(ATTN_NAME)
+        for config, impl in zip(configs, before, strict=True):
+            config._attn_implementation_internal = impl
+        _ATTN_CONFIGS[model] = configs
+    return configs
+
+
 @contextmanager
 def attach(model: torch.nn.Module, cache: ConfKVCache) -> Iterator[ConfKVCache]:
     """Within the block, `model` runs the `confkv` attention and `cache` evicts after every forward; on exit the
     model's previous attention implementation is back and the hook is gone. Nested scopes are cheap no-ops."""
-    previous = model.config._attn_implementation
-    if previous != ATTN_NAME:
-        model.set_attn_implementation(ATTN_NAME)
+    previous = [(config, config._attn_implementation_internal) for config in _attn_configs(model)]
+    for config, _ in previous:
+        config._attn_implementation_internal = ATTN_NAME
 
     def after_forward(module, args, output):
         cache._account()  # the peak: every layer holds its new tokens, nothing evicted yet
@@ -179,5 +208,5 @@ def attach(model: torch.nn.Module, cache: ConfKVCache) -> Iterator[ConfKVCache]:
     finally:
         cache.attached -= 1
         handle.remove()
-        if previous != ATTN_NAME:
-            model.set_attn_implementation(previous)
+        for config, impl in previous:
+            config._attn_implementation_internal = impl
