@@ -21,6 +21,16 @@ def _product_id() -> int:
     return int(row["id"])
 
 
+def _change_wishlist(sql: str, message: str) -> int:
+    """Run `sql` with (user id, product id from the form) and flash `message`; returns the product id."""
+    pid = _product_id()
+    db = get_db()
+    db.execute(sql, (current_user()["id"], pid))
+    db.commit()
+    flash(message)
+    return pid
+
+
 def register(app: Flask) -> None:
     """Add this module's routes to the site's app."""
 
@@ -73,20 +83,13 @@ def register(app: Flask) -> None:
     @app.route("/wishlist/add", methods=["POST"])
     @login_required
     def wishlist_add():
-        pid = _product_id()
-        db = get_db()
-        db.execute("INSERT OR IGNORE INTO wishlist (user_id, product_id) VALUES (?,?)", (current_user()["id"], pid))
-        db.commit()
-        flash("Added to your wishlist.")
+        pid = _change_wishlist("INSERT OR IGNORE INTO wishlist (user_id, product_id) VALUES (?,?)",
+                               "Added to your wishlist.")
         return redirect(url_for("product", product_id=pid))
 
     @app.route("/wishlist/remove", methods=["POST"])
     @login_required
     def wishlist_remove():
-        pid = _product_id()
-        db = get_db()
-        db.execute("DELETE FROM wishlist WHERE user_id=? AND product_id=?", (current_user()["id"], pid))
-        db.commit()
-        flash("Removed from your wishlist.")
+        pid = _change_wishlist("DELETE FROM wishlist WHERE user_id=? AND product_id=?", "Removed from your wishlist.")
         return redirect(request.form.get("back") == "wishlist" and url_for("wishlist")
                         or url_for("product", product_id=pid))

@@ -50,6 +50,11 @@ def _own_order(number: str) -> sqlite3.Row:
     return order
 
 
+def _remove_from_cart(db: sqlite3.Connection, item: sqlite3.Row) -> None:
+    db.execute("DELETE FROM cart_items WHERE user_id=? AND product_id=?", (current_user()["id"], item["id"]))
+    flash(f"Removed {item['name']} from your cart.")
+
+
 def register(app: Flask) -> None:
     """Add this module's routes to the site's app."""
 
@@ -86,8 +91,7 @@ def register(app: Flask) -> None:
         qty = _quantity(request.form.get("quantity"))
         if qty is not None:
             if qty == 0:
-                db.execute("DELETE FROM cart_items WHERE user_id=? AND product_id=?", (current_user()["id"], item["id"]))
-                flash(f"Removed {item['name']} from your cart.")
+                _remove_from_cart(db, item)
             else:
                 db.execute("UPDATE cart_items SET quantity=? WHERE user_id=? AND product_id=?",
                            (qty, current_user()["id"], item["id"]))
@@ -99,10 +103,8 @@ def register(app: Flask) -> None:
     @login_required
     def cart_remove():
         db = get_db()
-        item = _product_or_404(db, request.form.get("product_id"))
-        db.execute("DELETE FROM cart_items WHERE user_id=? AND product_id=?", (current_user()["id"], item["id"]))
+        _remove_from_cart(db, _product_or_404(db, request.form.get("product_id")))
         db.commit()
-        flash(f"Removed {item['name']} from your cart.")
         return redirect(url_for("cart"))
 
     @app.route("/checkout", methods=["GET", "POST"])

@@ -101,3 +101,14 @@ def test_every_preset_round_trips_through_its_flat_keys() -> None:
                                     else str(v) for k, v in flat.items()})
         assert rebuilt == preset
     assert get_policy("confkv", {"ema_decay": "0.5"}).ranking.ema_decay == 0.5
+
+
+def test_a_policy_composes_from_parts_like_a_preset_with_overrides() -> None:
+    from confkv.policy import Gate, Protection, RankerSpec, Storage
+
+    composed = KVPolicy("confkv", Gate(gated=True, n_low=96, n_high=192, tau=0.5), RankerSpec("ema"),
+                        Protection(sinks=4, protect=32), Storage(int8_after=32)).validate()
+    assert composed == get_policy("confkv", {"n_low": "96", "n_high": "192", "protect": "32", "int8_after": "32"})
+    assert (composed.n_low, composed.protected, composed.ranker, composed.wants_mass) == (96, 32, "ema", True)
+    with pytest.raises(AttributeError):
+        composed.no_such_key  # noqa: B018
