@@ -100,11 +100,14 @@ class Storage:
 
 _PARTS = {"gate": Gate, "ranking": RankerSpec, "protection": Protection, "storage": Storage}
 _KEYS = {f.name: (part, f) for part, kind in _PARTS.items() for f in fields(kind)}
-assert len(_KEYS) == sum(len(fields(kind)) for kind in _PARTS.values()), "override keys must be unique"
+if len(_KEYS) != sum(len(fields(kind)) for kind in _PARTS.values()):
+    raise TypeError("policy part fields must be unique: they are the flat `--set` keys")
 
 
 @dataclass(frozen=True)
 class KVPolicy:
+    """What a cache keeps: gate x ranking x protection x storage, plus the decisions of one eviction step."""
+
     name: str = "full"
     gate: Gate = field(default_factory=Gate)
     ranking: RankerSpec = field(default_factory=RankerSpec)
