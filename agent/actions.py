@@ -1,4 +1,9 @@
-"""The WebArena action grammar: the `Action` value, a tolerant parser with precise errors, and the prompt text.
+"""The WebArena action grammar: one table of verbs, the `Action` value, a tolerant parser, and the prompt text.
+
+`VERB_TABLE` declares each verb once: its argument shape, prompt line, error example and executor function. The
+parser, `Action.to_text`, `ACTION_DOCS`, the constrained decoder's templates (`agent.constrained`) and the executor
+(`agent.executor`) all read it; adding a verb is one entry plus its executor function (tests/agent/test_verb_table.py
+walks the table).
 
 Why tolerant: models wrap actions in prose and ``` fences. The parser looks for the action in this order and takes
 the first candidate that parses:
@@ -18,12 +23,48 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-VERBS = (
-    "click", "hover", "clear", "type", "press", "scroll", "new_tab", "tab_focus", "close_tab",
-    "goto", "go_back", "go_forward", "stop",
-)  # fmt: skip
-TARGET_VERBS = {"click", "hover", "clear", "type"}
-NO_ARG_VERBS = {"new_tab", "close_tab", "go_back", "go_forward"}
+
+@dataclass(frozen=True)
+class Verb:
+    """One verb, declared once. `args` is its argument shape (kinds in `ARG_FIELDS`, in bracket order); the parser,
+    `Action.to_text`, the grammar template (`agent.constrained`, `verb [arg] [arg]`), the prompt (`ACTION_DOCS`,
+    from `usage` and `doc`) and the executor (`agent.executor.<executor>`) all read this entry."""
+
+    verb: str
+    args: tuple[str, ...]
+    usage: str  # how the prompt writes it, e.g. "type [id] [text] [1]"
+    doc: str  # what it does, for the prompt
+    example: str  # quoted in parse errors
+    executor: str  # the function in agent.executor that carries it out
+    navigates: bool = False  # the executor waits for a navigation it may start
+
+
+VERB_TABLE: tuple[Verb, ...] = (
+    Verb("click", ("target",), "click [id]", "click element id, e.g. click [12]", "click [12]", "_click", True),
+    Verb("hover", ("target",), "hover [id]", "move the mouse over element id", "hover [12]", "_hover"),
+    Verb("clear", ("target",), "clear [id]", "empty the field id", "clear [12]", "_clear"),
+    Verb("type", ("target", "text", "enter"), "type [id] [text] [1]",
+         "replace the content of field id with text, then press Enter (use [0] to not press Enter)",
+         "type [7] [blue shoes] [1]", "_type", True),
+    Verb("press", ("key",), "press [keys]", "press a key combination, e.g. press [Enter] or press [Control+a]",
+         "press [Enter]", "_press", True),
+    Verb("scroll", ("direction",), "scroll [down]", "scroll the page down (or scroll [up])", "scroll [down]",
+         "_scroll"),
+    Verb("new_tab", (), "new_tab", "open a new empty tab", "new_tab", "_tabs"),
+    Verb("tab_focus", ("index",), "tab_focus [i]", "switch to tab i", "tab_focus [0]", "_tabs"),
+    Verb("close_tab", (), "close_tab", "closes the current tab", "close_tab", "_tabs"),
+    Verb("goto", ("url",), "goto [url]", "open a URL of the task's sites", "goto [http://127.0.0.1:8001/orders]",
+         "_goto", True),
+    Verb("go_back", (), "go_back", "go to the previous page", "go_back", "_history", True),
+    Verb("go_forward", (), "go_forward", "goes forward again", "go_forward", "_history", True),
+    Verb("stop", ("answer",), "stop [answer]", "finish; put the answer in the brackets (stop [N/A] if the task is "
+         "impossible)", "stop [42]", "_stop"),
+)
+VERB_SPECS = {v.verb: v for v in VERB_TABLE}
+VERBS = tuple(VERB_SPECS)
+# Argument kind -> the `Action` field that holds it.
+ARG_FIELDS = {"target": "target", "text": "text", "enter": "press_enter", "key": "key", "direction": "direction",
+              "index": "index", "url": "url", "answer": "answer"}  # fmt: skip
 
 
 class ActionParseError(ValueError):
@@ -59,26 +100,16 @@ class Action:
     answer: str | None = None  # stop
 
     def to_text(self) -> str:
-        """Canonical grammar text; `parse_action(a.to_text()) == a`."""
-        target = None
-        if self.target is not None:
-            target = str(self.target) if isinstance(self.target, int) else self.target.to_text()
-        v = self.verb
-        if v in {"click", "hover", "clear"}:
-            return f"{v} [{target}]"
-        if v == "type":
-            return f"type [{target}] [{self.text}] [{int(self.press_enter)}]"
-        if v == "press":
-            return f"press [{self.key}]"
-        if v == "scroll":
-            return f"scroll [{self.direction}]"
-        if v == "tab_focus":
-            return f"tab_focus [{self.index}]"
-        if v == "goto":
-            return f"goto [{self.url}]"
-        if v == "stop":
-            return f"stop [{self.answer}]"
-        return v
+        """Canonical grammar text (`verb [arg] [arg]`, the grammar template's form); `parse_action(a.to_text()) == a`."""
+        return self.verb + "".join(f" [{_arg_text(getattr(self, ARG_FIELDS[k]))}]" for k in VERB_SPECS[self.verb].args)
+
+
+def _arg_text(value: object) -> str:
+    if isinstance(value, RoleTarget):
+        return value.to_text()
+    if isinstance(value, bool):
+        return str(int(value))
+    return "" if value is None else str(value)
 
 
 def quote_name(name: str) -> str:
@@ -88,7 +119,6 @@ def quote_name(name: str) -> str:
 
 _VERB_RE = re.compile(r"^(?P<verb>[A-Za-z_]+)(?P<rest>.*)$", re.S)
 _ROLE_TARGET_RE = re.compile(r"""^(?P<role>[A-Za-z][\w-]*)\s+(?P<q>['"])(?P<name>.*)(?P=q)$""", re.S)
-_TYPE_RE = re.compile(r"^\[(?P<text>.*?)\](?:\s*\[(?P<enter>[01])\])?\s*$", re.S)
 _LABEL_RE = re.compile(r"^\s*(?:[-*>]\s*|\d+[.)]\s*)?(?:(?:next |final )?action\s*[:=-]\s*)?", re.I)
 _FENCE_RE = re.compile(r"```(?:[A-Za-z]*\n)?(.*?)```", re.S)
 _INLINE_RE = re.compile(r"`([^`\n]+)`")
@@ -98,7 +128,7 @@ def _split_bracket(rest: str, verb: str) -> tuple[str, str]:
     """First `[...]` group of `rest` (bracket depth counted, so names may hold brackets) and what follows it."""
     rest = rest.strip()
     if not rest.startswith("["):
-        raise ActionParseError(f"'{verb}' needs an argument in square brackets, e.g. {_EXAMPLES[verb]}")
+        raise ActionParseError(f"'{verb}' needs an argument in square brackets, e.g. {VERB_SPECS[verb].example}")
     depth = 0
     for i, ch in enumerate(rest):
         depth += {"[": 1, "]": -1}.get(ch, 0)
@@ -124,8 +154,62 @@ def _no_trailing(after: str, verb: str) -> None:
         raise ActionParseError(f"unexpected text after the '{verb}' arguments: {after!r}")
 
 
+def _read_value(kind: str, raw: str, verb: str) -> object:
+    """One bracket's content as the value of an argument kind; a precise error when it is not one."""
+    example = VERB_SPECS[verb].example
+    if kind == "target":
+        return _parse_target(raw, verb)
+    if kind == "key" and not raw:
+        raise ActionParseError(f"'{verb}' needs a key, e.g. {example}")
+    if kind == "direction":
+        direction = raw.lower().removeprefix("direction=").strip()
+        if direction not in ("up", "down"):
+            raise ActionParseError(f"{verb} direction must be up or down, got [{raw}]")
+        return direction
+    if kind == "index":
+        if not raw.isdigit():
+            raise ActionParseError(f"{verb} needs a tab number like [0], got [{raw}]")
+        return int(raw)
+    if kind == "url" and not raw:
+        raise ActionParseError(f"'{verb}' needs a URL, e.g. {example}")
+    if kind == "enter":
+        return raw != "0"
+    return raw
+
+
+def _read_args(spec: Verb, rest: str) -> dict[str, object]:
+    """The bracket groups of `rest` by the verb's argument shape. The first group counts bracket depth (role names
+    may hold brackets); a following `text` group ends at its first `]` (`type [7] [a [b] c] [0]` keeps the inner
+    brackets), and a trailing `enter` group is optional (WebArena's default 1)."""
+    verb, example = spec.verb, spec.example
+    if spec.args == ("answer",):  # the answer is everything inside the outermost brackets; it may contain anything
+        if not rest:
+            return {"answer": ""}
+        if not (rest.startswith("[") and rest.endswith("]")):
+            raise ActionParseError(f"'{verb}' needs its answer in square brackets, e.g. {example}")
+        return {"answer": rest[1:-1].strip()}
+    first, after = _split_bracket(rest, verb)
+    values = {spec.args[0]: _read_value(spec.args[0], first, verb)}
+    tail = spec.args[1:]
+    if not tail:
+        _no_trailing(after, verb)
+        return values
+    pattern = "".join(
+        r"(?:\s*\[(?P<enter>[01])\])?" if kind == "enter" else rf"\s*\[(?P<{kind}>.*?)\]" for kind in tail
+    )
+    m = re.fullmatch(pattern + r"\s*", after, re.S)
+    if not m:
+        raise ActionParseError(
+            f"'{verb}' needs the {tail[0]} in square brackets after the {spec.args[0]}, e.g. {example}"
+        )
+    for kind in tail:
+        if m[kind] is not None:
+            values[kind] = _read_value(kind, m[kind], verb)
+    return values
+
+
 def parse_line(line: str) -> Action:
-    """Parse exactly one action (no surrounding prose)."""
+    """Parse exactly one action (no surrounding prose), by the verb's entry in `VERB_TABLE`."""
     line = line.strip()
     m = _VERB_RE.match(line)
     if not m:
@@ -135,45 +219,13 @@ def parse_line(line: str) -> Action:
         raise ActionParseError(f"no action found in {line[:80]!r}; an action starts with a verb, e.g. click [12]")
     if verb not in VERBS:
         raise ActionParseError(f"unknown verb '{m['verb']}'; expected one of {', '.join(VERBS)}")
-    if verb in NO_ARG_VERBS:
+    spec = VERB_SPECS[verb]
+    if not spec.args:
         if rest not in ("", "[]"):
             raise ActionParseError(f"'{verb}' takes no arguments, got {rest!r}")
         return Action(verb)
-    if verb == "stop":  # the answer is everything inside the outermost brackets; it may contain anything
-        if not rest:
-            return Action("stop", answer="")
-        if not (rest.startswith("[") and rest.endswith("]")):
-            raise ActionParseError(f"'stop' needs its answer in square brackets, e.g. {_EXAMPLES['stop']}")
-        return Action("stop", answer=rest[1:-1].strip())
-    arg, after = _split_bracket(rest, verb)
-    if verb in TARGET_VERBS:
-        target = _parse_target(arg, verb)
-        if verb != "type":
-            _no_trailing(after, verb)
-            return Action(verb, target=target)
-        t = _TYPE_RE.match(after)
-        if not t:
-            raise ActionParseError(
-                f"'type' needs the text in square brackets after the target, e.g. {_EXAMPLES['type']}"
-            )
-        return Action("type", target=target, text=t["text"], press_enter=t["enter"] != "0")
-    _no_trailing(after, verb)
-    if verb == "press":
-        if not arg:
-            raise ActionParseError(f"'press' needs a key, e.g. {_EXAMPLES['press']}")
-        return Action("press", key=arg)
-    if verb == "scroll":
-        direction = arg.lower().removeprefix("direction=").strip()
-        if direction not in ("up", "down"):
-            raise ActionParseError(f"scroll direction must be up or down, got [{arg}]")
-        return Action("scroll", direction=direction)
-    if verb == "tab_focus":
-        if not arg.isdigit():
-            raise ActionParseError(f"tab_focus needs a tab number like [0], got [{arg}]")
-        return Action("tab_focus", index=int(arg))
-    if not arg:  # goto
-        raise ActionParseError(f"'goto' needs a URL, e.g. {_EXAMPLES['goto']}")
-    return Action("goto", url=arg)
+    values = _read_args(spec, rest)
+    return Action(verb, **{ARG_FIELDS[kind]: value for kind, value in values.items()})  # type: ignore[arg-type]
 
 
 def _candidates(text: str) -> list[str]:
@@ -210,32 +262,29 @@ def parse_action(text: str) -> Action:
     raise (shaped or [exc for _, exc in errors])[0]
 
 
-_EXAMPLES = {
-    "click": "click [12]",
-    "hover": "hover [12]",
-    "clear": "clear [12]",
-    "type": "type [7] [blue shoes] [1]",
-    "press": "press [Enter]",
-    "scroll": "scroll [down]",
-    "tab_focus": "tab_focus [0]",
-    "goto": "goto [http://127.0.0.1:8001/orders]",
-    "stop": "stop [42]",
-}
+# The prompt's layout: verbs sharing a line (any verb not listed gets a line of its own, in table order).
+DOC_LINES: tuple[tuple[str, ...], ...] = (
+    ("click",), ("type",), ("hover",), ("clear",), ("press",), ("scroll",), ("goto",), ("go_back", "go_forward"),
+    ("new_tab", "tab_focus", "close_tab"), ("stop",),
+)  # fmt: skip
 
-ACTION_DOCS = """\
-You control a web browser. Each turn you see the open tabs, the URL and the page as a list of elements:
-`[12] button 'Add to cart'` means element 12 is a button named 'Add to cart'. Reply with exactly ONE action:
 
-click [id]            click element id, e.g. click [12]
-type [id] [text] [1]  replace the content of field id with text, then press Enter (use [0] to not press Enter)
-hover [id]            move the mouse over element id
-clear [id]            empty the field id
-press [keys]          press a key combination, e.g. press [Enter] or press [Control+a]
-scroll [down]         scroll the page down (or scroll [up])
-goto [url]            open a URL of the task's sites
-go_back               go to the previous page;  go_forward  goes forward again
-new_tab               open a new empty tab;  tab_focus [i]  switch to tab i;  close_tab  closes the current tab
-stop [answer]         finish; put the answer in the brackets (stop [N/A] if the task is impossible)
+def _doc_lines() -> list[str]:
+    listed = [v for line in DOC_LINES for v in line]
+    groups = list(DOC_LINES) + [(v,) for v in VERBS if v not in listed]
+    lines = []
+    for group in groups:
+        head, *more = (VERB_SPECS[v] for v in group)
+        lines.append(";  ".join([f"{head.usage:<21} {head.doc}"] + [f"{v.usage}  {v.doc}" for v in more]))
+    return lines
+
+
+ACTION_DOCS = (
+    "You control a web browser. Each turn you see the open tabs, the URL and the page as a list of elements:\n"
+    "`[12] button 'Add to cart'` means element 12 is a button named 'Add to cart'. Reply with exactly ONE action:\n\n"
+    + "\n".join(_doc_lines())
+    + """
 
 Use only ids that appear in the current page. When the task is done and there is nothing to answer, reply stop [].
 """
+)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agent.episode import EpisodeResult
-    from agent.model_policy import AgentPolicy
+    from agent.model_policy import Agent
     from envs.taskspec import Task
     from traces.summary import TraceSummary
 
@@ -98,17 +98,17 @@ class Worker:
         self.sites = Sites(site_names)
         self._model: tuple[Any, Any] | None = None
 
-    def agent(self, policy: str, task: Task) -> AgentPolicy:
-        from agent.model_policy import ModelPolicy, ScriptedPolicy
+    def agent(self, policy: str, task: Task) -> Agent:
+        from agent.model_policy import ModelAgent, ScriptedAgent
 
         if policy == SCRIPTED:
-            return ScriptedPolicy(task.reference_solution)
+            return ScriptedAgent(task.reference_solution)
         from confkv.policies import get_policy
 
         if self._model is None:
             self._model = load_model(self.settings.model, self.settings.int8, self.settings.dtype)
         model, tokenizer = self._model
-        return ModelPolicy(model, tokenizer, get_policy(policy, self.settings.overrides),
+        return ModelAgent(model, tokenizer, get_policy(policy, self.settings.overrides),
                            constrained=self.settings.constrained, reasoning=self.settings.reasoning,
                            model_name=self.settings.model)  # fmt: skip
 

@@ -67,7 +67,7 @@ def capture_cases(names: Sequence[tuple[str, int]] = CASES, tasks_dir: Path = TA
     from envs.server import Sites
     from envs.taskspec import load_task
 
-    tasks = {f: load_task(tasks_dir / f) for f, _ in names}
+    tasks = {f: load_task(tasks_dir / f, parse_action) for f, _ in names}
     out: list[Case] = []
     with Sites(sorted({s for t in tasks.values() for s in t.sites})) as sites:
         for file, k in names:
@@ -131,7 +131,7 @@ def run_bench(model_name: str, modes: Sequence[str] = ("free", "constrained"), p
               progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:  # fmt: skip
     """Accuracy and speed per (precision, mode); returns the JSON report."""
     from agent.batch import load_model
-    from agent.model_policy import ModelPolicy
+    from agent.model_policy import ModelAgent
 
     loader = loader or load_model
     progress("capturing observations from the sites")
@@ -141,7 +141,7 @@ def run_bench(model_name: str, modes: Sequence[str] = ("free", "constrained"), p
         model, tokenizer = loader(model_name, precision == "int8", "bf16" if precision == "bf16" else "fp32")
         for mode in modes:
             progress(f"{precision} {mode}")
-            decisions = run_cases(lambda m=model, t=tokenizer, mode=mode: ModelPolicy(  # noqa: E731
+            decisions = run_cases(lambda m=model, t=tokenizer, mode=mode: ModelAgent(  # noqa: E731
                 m, t, "full", constrained=mode == "constrained", model_name=model_name), cases)
             n = len(decisions)
             total_s = sum(d.prefill_s + d.decode_s for d in decisions)

@@ -16,7 +16,8 @@ from agent.cli_options import checked_dtype, dtype_option
 from traces import DEFAULT_DB_PATH
 
 if TYPE_CHECKING:
-    from agent.episode import EpisodeResult, StepEvent
+    from agent.episode import EpisodeResult
+    from traces.records import DecodeToken, StepRecord
 
 DEFAULT_AGENT_MODEL = "qwen2.5-coder-1.5b"
 TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
@@ -83,10 +84,10 @@ class LiveView:
 
     def __init__(self, title: str) -> None:
         self.title = title
-        self.rows: list[StepEvent] = []
+        self.rows: list[tuple[StepRecord, list[float]]] = []
 
-    def add(self, event: StepEvent) -> None:
-        self.rows.append(event)
+    def add(self, record: StepRecord, tokens: list[DecodeToken]) -> None:
+        self.rows.append((record, [t.confidence for t in tokens]))
 
     def __rich__(self) -> Any:
         from rich.markup import escape
@@ -95,13 +96,14 @@ class LiveView:
         table = Table(title=self.title, expand=False)
         for col in ("step", "action", "confidence", "KV", "prefill/total tok", "s"):
             table.add_column(col, justify="right" if col in ("step", "KV", "s") else "left")
-        for e in self.rows[-20:]:
-            action = escape(e.action) if e.action else f"[red]{escape(repr(e.reply[:40]))}[/red]"
-            if e.error:
-                action += f" [red]({escape(e.error[:50])})[/red]"
+        for e, confidences in self.rows[-20:]:
+            action = escape(e.action) if e.action else f"[red]{escape(repr((e.raw_output or '')[:40]))}[/red]"
+            error = e.parse_error or e.exec_error
+            if error:
+                action += f" [red]({escape(error[:50])})[/red]"
             tokens = "-" if e.prefilled_tokens is None else f"{e.prefilled_tokens}/{e.total_tokens}"
-            table.add_row(str(e.step), action, _sparkline(e.confidences[:40]), _size(e.kv_bytes), tokens,
-                          f"{e.step_s:.1f}")  # fmt: skip
+            table.add_row(str(e.step), action, _sparkline(confidences[:40]), _size(e.kv_bytes), tokens,
+                          f"{(e.step_ms or 0) / 1000:.1f}")  # fmt: skip
         return table
 
 
@@ -142,6 +144,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.live import Live
 
+        from agent.actions import parse_action
         from agent.batch import AgentSettings, Worker, run_config
         from envs.taskspec import TaskSpecError, load_task
 
@@ -149,7 +152,7 @@ def register(app: typer.Typer) -> None:
             max_steps = DEFAULT_TASK_MAX_STEPS if task is None else 30
         parsed = _validate([policy], overrides, model)
         try:
-            the_task = load_task(task or DEFAULT_TASK)
+            the_task = load_task(task or DEFAULT_TASK, parse_step=parse_action)
         except TaskSpecError as exc:
             raise _usage_error(str(exc)) from None
         console = Console(stderr=True)
@@ -195,6 +198,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+        from agent.actions import parse_action
         from agent.batch import AgentSettings, run_batch
         from envs.taskspec import TaskSpecError, load_tasks
         from traces.summary import summary_table
@@ -202,7 +206,7 @@ def register(app: typer.Typer) -> None:
         names = [p.strip() for p in policies.split(",") if p.strip()]
         parsed = _validate(names, overrides, model)
         try:
-            selected = load_tasks(tasks or [TASKS_DIR])
+            selected = load_tasks(tasks or [TASKS_DIR], parse_step=parse_action)
         except TaskSpecError as exc:
             raise _usage_error(str(exc)) from None
         if not selected:

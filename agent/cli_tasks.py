@@ -35,7 +35,8 @@ def check(
     from rich.console import Console
     from rich.table import Table
 
-    from envs.check import check_tasks, parse_ids, summary
+    from agent.task_check import check_tasks
+    from envs.check import TaskSelection, parse_ids, summary
     from envs.sites import SITES
     from envs.taskspec import TaskSpecError
 
@@ -56,8 +57,8 @@ def check(
                   highlight=False)
 
     try:
-        results = check_tasks(paths or [Path("tasks")], sites=site_names, ids=id_set, sample=sample, seed=seed,
-                              progress=progress)
+        selection = TaskSelection(paths or [Path("tasks")], sites=site_names, ids=id_set, sample=sample, seed=seed)
+        results = check_tasks(selection, progress=progress)
     except TaskSpecError as exc:  # e.g. a path that does not exist
         err.print(f"[red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2) from None

@@ -29,13 +29,14 @@ from typing import Any
 
 import torch
 
+from agent.actions import VERB_TABLE, Verb
+
 SPECIAL_CHARS = "[]"  # with every non-printable char (newlines, tabs, controls): what may end a free segment
 FREE_FORBIDDEN = "[]"  # inside type text / goto url / stop answer (non-printable chars are never free text)
 KEYS = (
     "Enter", "Tab", "Escape", "Backspace", "Delete", "ArrowDown", "ArrowUp", "ArrowLeft", "ArrowRight",
     "PageDown", "PageUp", "Home", "End", "Space", "Control+a", "Control+c", "Control+v",
 )  # fmt: skip
-NO_ARG_VERBS = ("go_back", "go_forward", "new_tab", "close_tab")
 CLOSE_RESERVE_TOKENS = 8  # tokens kept to close an open free segment (`] [1]`) before max_tokens
 
 
@@ -80,17 +81,18 @@ class ActionGrammar:
         answer_chars: int = 120,
         reasoning_chars: int = 0,
     ) -> None:
-        id_choice = Choice(frozenset(str(i) for i in ids) or frozenset({"0"}))
-        templates: list[list[Segment]] = [
-            *([lit(f"{verb} ["), id_choice, lit("]")] for verb in ("click", "hover", "clear")),
-            [lit("type ["), id_choice, lit("] ["), Free(text_chars), lit("] ["), Choice.of("0", "1"), lit("]")],
-            [lit("press ["), Choice(frozenset(KEYS)), lit("]")],
-            [lit("scroll ["), Choice.of("up", "down"), lit("]")],
-            [lit("goto ["), Free(url_chars), lit("]")],
-            [lit("tab_focus ["), Choice(frozenset(str(i) for i in range(max(1, n_tabs)))), lit("]")],
-            [lit("stop ["), Free(answer_chars), lit("]")],
-            *([lit(verb)] for verb in NO_ARG_VERBS),
-        ]
+        # One segment per argument kind of `agent.actions.VERB_TABLE` (a new verb needs no edit here; a new kind does).
+        self.arg_segments: dict[str, Segment] = {
+            "target": Choice(frozenset(str(i) for i in ids) or frozenset({"0"})),
+            "text": Free(text_chars),
+            "enter": Choice.of("0", "1"),
+            "key": Choice(frozenset(KEYS)),
+            "direction": Choice.of("up", "down"),
+            "index": Choice(frozenset(str(i) for i in range(max(1, n_tabs)))),
+            "url": Free(url_chars),
+            "answer": Free(answer_chars),
+        }
+        templates = [self.template(verb) for verb in VERB_TABLE]
         if reasoning_chars:
             head: list[Segment] = [Free(reasoning_chars, forbidden=""), lit("\nAction: ")]
             templates = [head + t for t in templates]
@@ -101,6 +103,15 @@ class ActionGrammar:
                 if isinstance(seg, Free) and not all(not _free_char(o[:1], seg) for o in nxt.options):  # type: ignore[union-attr]
                     raise ValueError("a free segment must be followed by a segment starting with a forbidden char")
         self.templates = templates
+
+    def template(self, verb: Verb) -> list[Segment]:
+        """The verb's canonical form `verb [arg] [arg]` as segments (what `Action.to_text` writes)."""
+        if not verb.args:
+            return [lit(verb.verb)]
+        segments: list[Segment] = [lit(f"{verb.verb} [")]
+        for i, kind in enumerate(verb.args):
+            segments += [self.arg_segments[kind], lit("] [" if i < len(verb.args) - 1 else "]")]
+        return segments
 
     # -- NFA ---------------------------------------------------------------------------------------------------
     def start(self) -> frozenset[State]:

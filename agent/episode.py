@@ -8,6 +8,7 @@ on error and on Ctrl-C alike.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import resource
 import sys
@@ -19,28 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from agent.actions import Action, ActionParseError, parse_action
 from agent.stopping import StopRules
-from traces.records import StepRecord
+from traces.records import DecodeToken, StepRecord
 
 if TYPE_CHECKING:
-    from agent.model_policy import AgentPolicy, StepInfo
+    from agent.model_policy import Agent, StepInfo
     from envs.taskspec import Task
     from traces.store import TraceStore
-
-
-@dataclass
-class StepEvent:
-    """What the live view shows after each step."""
-
-    step: int
-    url: str
-    reply: str
-    action: str | None
-    error: str | None  # parse or execution error
-    confidences: list[float]
-    kv_bytes: int | None
-    prefilled_tokens: int | None
-    total_tokens: int | None
-    step_s: float
 
 
 @dataclass
@@ -124,49 +109,54 @@ def _step_record(step: int, obs: Any, reply: str, info: StepInfo, action: Action
 
 def run_episode(
     task: Task,
-    policy: AgentPolicy,
+    agent: Agent,
     sites: Any,
     store: TraceStore,
     run_id: int,
     max_steps: int = 30,
     headed: bool = False,
     screenshots_dir: str | Path | None = None,
-    on_step: Callable[[StepEvent], None] | None = None,
+    on_step: Callable[[StepRecord, list[DecodeToken]], None] | None = None,
+    browser: Any = None,
 ) -> EpisodeResult:
-    """Run `task` with `policy` against running `sites` (`envs.server.Sites`) and record it under `run_id`."""
+    """Run `task` with `agent` against running `sites` (`envs.server.Sites`) and record it under `run_id`;
+    `on_step(record, tokens)` sees each step as recorded (the live view, `tasks check`).
+
+    `browser`: an open `BrowserSession` to reuse (not closed here; the caller clears it between episodes, e.g.
+    `tasks check` runs two episodes in one Chromium); by default each episode gets its own confined browser."""
     from agent.browser import BrowserSession
     from agent.executor import execute
     from agent.observation import observe
     from envs.evaluators import evaluate
 
-    episode_id = store.start_episode(run_id, str(task.task_id), policy=policy.name)
+    episode_id = store.start_episode(run_id, str(task.task_id), policy=agent.name)
     started = time.monotonic()
     peaks = _PeakMemory()
-    out = EpisodeResult(episode_id, task.task_id, policy.name, "error", False, 0.0, "")
+    out = EpisodeResult(episode_id, task.task_id, agent.name, "error", False, 0.0, "")
     urls = sites.urls
 
     def memory_fields() -> dict[str, Any]:
-        mem = policy.memory()
+        mem = agent.memory()
         return dict(
             peak_kv_bytes=mem.peak_kv_bytes if mem else None, full_kv_bytes=mem.full_kv_bytes if mem else None,
             peak_rss_bytes=peaks.rss(), peak_cuda_bytes=peaks.cuda(), wall_s=time.monotonic() - started,
         )  # fmt: skip
 
     fields: dict[str, Any] = {}
-    session = BrowserSession([sites.url(name) for name in task.sites], headless=not headed,
-                             screenshots_dir=screenshots_dir)
+    session = browser or BrowserSession([sites.url(name) for name in task.sites], headless=not headed,
+                                        screenshots_dir=screenshots_dir)
     try:
-        with session:
+        with session if browser is None else contextlib.nullcontext(session):
             if task.require_reset:
                 sites.reset(task.sites)
             _open_start_pages(task, sites, session)
-            policy.begin(task.intent)
+            agent.begin(task.intent)
             rules = StopRules(max_steps=max_steps)
             last_result: str | None = None
             for step in range(max_steps):
                 t0 = time.perf_counter()
                 obs = observe(session)
-                reply, info = policy.act(obs, last_result)
+                reply, info = agent.act(obs, last_result)
                 action, parse_error, exec_error = None, None, None
                 try:
                     action = parse_action(reply)
@@ -191,13 +181,11 @@ def run_episode(
                 step_ms = (time.perf_counter() - t0) * 1000
                 if info.tokens:
                     store.add_decode_tokens(episode_id, step, info.tokens)
-                store.add_step(episode_id, _step_record(step, obs, reply, info, action, last_result, parse_error,
-                                                        exec_error, step_ms))
+                record = _step_record(step, obs, reply, info, action, last_result, parse_error, exec_error, step_ms)
+                store.add_step(episode_id, record)
                 out.steps = step + 1
                 if on_step is not None:
-                    on_step(StepEvent(step, obs.url, reply, action.to_text() if action else None,
-                                      parse_error or exec_error, [t.confidence for t in info.tokens], info.kv_bytes,
-                                      info.prefilled_tokens, info.total_tokens, step_ms / 1000))  # fmt: skip
+                    on_step(record, info.tokens)
                 if done:
                     out.stop_reason = "stop action"
                     break
@@ -217,7 +205,7 @@ def run_episode(
         store.fail_episode(episode_id, exc, **fields)
         out.reason = f"{type(exc).__name__}: {exc}"
     finally:
-        policy.close()
+        agent.close()
     for key, value in fields.items():
         setattr(out, key, value)
     out.blocked = list(session.blocked)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
-from agent.actions import Action, RoleTarget
+from agent.actions import VERB_SPECS, VERB_TABLE, Action, RoleTarget
 
 if TYPE_CHECKING:
     from playwright.sync_api import Locator, Page
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from agent.browser import BrowserSession
     from agent.observation import Observation
 
-NAVIGATING_VERBS = {"click", "type", "press", "goto", "go_back", "go_forward"}
 _KEY_NAMES = {
     "ctrl": "Control", "control": "Control", "cmd": "Meta", "command": "Meta", "meta": "Meta", "win": "Meta",
     "alt": "Alt", "option": "Alt", "shift": "Shift", "enter": "Enter", "return": "Enter", "esc": "Escape",
@@ -80,11 +79,11 @@ def execute(session: BrowserSession, action: Action, observation: Observation | 
     from playwright.sync_api import Error as PlaywrightError
 
     session.check_alive()
-    if action.verb == "stop":
-        return ExecResult(ok=True, done=True, answer=action.answer or "")
     try:
-        _HANDLERS[action.verb](session, action, observation)
-        if action.verb in NAVIGATING_VERBS:
+        done = _HANDLERS[action.verb](session, action, observation)
+        if done is not None:
+            return done
+        if VERB_SPECS[action.verb].navigates:
             _settle(session)
     except ActionFailed as exc:
         return ExecResult(ok=False, error=str(exc))
@@ -305,17 +304,9 @@ def _tabs(session: BrowserSession, action: Action, observation: Observation | No
             raise ActionFailed(str(exc)) from exc
 
 
-_HANDLERS = {
-    "click": _click,
-    "hover": _hover,
-    "clear": _clear,
-    "type": _type,
-    "press": _press,
-    "scroll": _scroll,
-    "goto": _goto,
-    "go_back": _history,
-    "go_forward": _history,
-    "new_tab": _tabs,
-    "tab_focus": _tabs,
-    "close_tab": _tabs,
-}
+def _stop(session: BrowserSession, action: Action, observation: Observation | None) -> ExecResult:
+    return ExecResult(ok=True, done=True, answer=action.answer or "")
+
+
+# Each verb's executor, by the name its `VERB_TABLE` entry gives (a missing function fails at import).
+_HANDLERS = {verb.verb: globals()[verb.executor] for verb in VERB_TABLE}

@@ -1,12 +1,14 @@
-"""Agent policies: the language model behind one live Conf-KV cache (`ModelPolicy`) and a scripted fake.
+"""Agents: the language model behind one live Conf-KV cache (`ModelAgent`) and a scripted one (`ScriptedAgent`).
+
+Names: an *agent* decides browser actions; a *KV policy* (`confkv.KVPolicy`) decides what the cache keeps.
 
 Why one cache per episode: the anchor agent runtimes re-send the whole prompt every step, so prefill grows with the
 episode. Here each step appends only the new chat turn (the previous reply's end marker, the new observation and
 the assistant header) to the cache that already holds everything before it; `StepInfo.prefilled_tokens` records
 exactly how many tokens went through the model, next to the logical context length `total_tokens`.
 
-Every policy has the same small interface the episode loop uses:
-    policy.begin(task_intent); text, info = policy.act(observation, last_result); policy.memory() ; policy.close()
+Every agent has the same small interface the episode loop uses (`Agent`):
+    agent.begin(task_intent); text, info = agent.act(observation, last_result); agent.memory() ; agent.close()
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     import torch
 
     from agent.observation import Observation
-    from confkv.policies import PolicyConfig
+    from confkv.policy import KVPolicy
 
 STOP_TOKEN_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "</s>")
 
@@ -51,7 +53,7 @@ class MemoryFigures:
     full_kv_bytes: int
 
 
-class AgentPolicy(Protocol):
+class Agent(Protocol):
     name: str
     model_name: str
 
@@ -61,17 +63,20 @@ class AgentPolicy(Protocol):
     def close(self) -> None: ...
 
 
-class ScriptedPolicy:
-    """Replays a fixed list of replies (e.g. a task's `reference_solution`): a deterministic fake for tests.
+class ScriptedAgent:
+    """Replays a fixed list of replies (e.g. a task's `reference_solution`): `tasks check` and tests use it.
 
     Replies are returned verbatim, so a list may hold malformed text to exercise parse failures. Once the list is
-    exhausted it replies with an empty string (a parse failure), which lets the stop rules end the episode.
+    exhausted (or, with `stop_on_failure`, once a step failed) it replies with an empty string (a parse failure),
+    which lets the stop rules end the episode.
     """
 
-    def __init__(self, actions: Sequence[str], name: str = "scripted", model_name: str = "scripted") -> None:
+    def __init__(self, actions: Sequence[str], name: str = "scripted", model_name: str = "scripted",
+                 stop_on_failure: bool = False) -> None:
         self.actions = list(actions)
         self.name = name
         self.model_name = model_name
+        self.stop_on_failure = stop_on_failure
         self.position = 0
         self.seen: list[tuple[Observation, str | None]] = []
 
@@ -81,6 +86,8 @@ class ScriptedPolicy:
 
     def act(self, observation: Observation, last_result: str | None) -> tuple[str, StepInfo]:
         self.seen.append((observation, last_result))
+        if self.stop_on_failure and last_result is not None and not last_result.startswith("OK"):
+            self.position = len(self.actions)
         text = self.actions[self.position] if self.position < len(self.actions) else ""
         self.position += 1
         return text, StepInfo(raw_output=text)
@@ -102,14 +109,14 @@ def stop_token_ids(tokenizer: Any) -> list[int]:
     return sorted(ids)
 
 
-class ModelPolicy:
+class ModelAgent:
     """A causal LM deciding actions through one `ConfKVSession` per episode (append-only chat, greedy decoding)."""
 
     def __init__(
         self,
         model: torch.nn.Module,
         tokenizer: Any,
-        kv_policy: PolicyConfig | str = "confkv",
+        kv_policy: KVPolicy | str = "confkv",
         constrained: bool = True,
         max_action_tokens: int = 48,
         reasoning: bool = False,
@@ -226,3 +233,9 @@ class ModelPolicy:
         """Drop the episode's cache (its memory is freed with it)."""
         self.session = None
         self.chat = None
+
+
+# Old names, kept while concurrent branches still use them; new code uses Agent / ModelAgent / ScriptedAgent.
+AgentPolicy = Agent
+ModelPolicy = ModelAgent
+ScriptedPolicy = ScriptedAgent

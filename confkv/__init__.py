@@ -1,11 +1,12 @@
 """confkv: confidence-gated KV-cache management for `transformers` models.
 
-    from confkv import ConfKVCache, ConfKVSession, get_policy
+    from confkv import ConfKVCache, ConfKVSession, attach, get_policy
 """
 
-from confkv.cache import ConfKVCache
+from confkv.cache import ConfKVCache, attach
 from confkv.confidence import ConfidenceLogitsProcessor, confidence
-from confkv.policies import PRESETS, PolicyConfig, PolicyError, get_policy
+from confkv.policies import PRESETS, get_policy
+from confkv.policy import KVPolicy, PolicyError
 from confkv.session import ConfKVSession
 
 __all__ = [
@@ -13,8 +14,9 @@ __all__ = [
     "ConfKVCache",
     "ConfKVSession",
     "ConfidenceLogitsProcessor",
-    "PolicyConfig",
+    "KVPolicy",
     "PolicyError",
+    "attach",
     "confidence",
     "get_policy",
 ]

@@ -1,16 +1,23 @@
-"""`ConfKVCache`: a `transformers` 5.x `Cache` whose layers evict, compact and quantize for real.
+"""`ConfKVCache`: a `transformers` 5.x `Cache` whose layers evict, compact and quantize for real; `attach` scopes it.
 
     cache = ConfKVCache(model, get_policy("confkv"))
-    model.generate(**inputs, cache=cache, logits_processor=[cache.confidence_processor()])
+    with attach(model, cache):
+        model.generate(**inputs, cache=cache)
 
-The cache switches the model to the `confkv` attention implementation (see `confkv.attention`), holds the global
-budget (set from the last step's confidence through `set_confidence`), splits it per layer (pyramid or flat), and
-keeps exact memory accounting: live KV bytes after every layer update, their peak, and the bytes a full cache of the
-same run would hold.
+Creating a cache does not touch the model. `attach(model, cache)` switches the model to the `confkv` attention
+implementation (see `confkv.attention`) and installs one forward hook on the model; on exit both are undone, so
+plain forwards work again. The hook calls `end_forward(logits)` once per forward, after the last layer: the
+forward's confidence decides the budget (so the budget from step t's logits governs what is kept right after step
+t), and the policy (`KVPolicy.apply`) evicts layer by layer. The cache keeps exact memory accounting: live KV bytes,
+their peak (reached after the layers' updates, before eviction), and the bytes a full cache of the run would hold.
 """
 
 from __future__ import annotations
 
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -18,8 +25,9 @@ from transformers.cache_utils import Cache
 
 from confkv.attention import ATTN_NAME
 from confkv.confidence import ConfidenceLogitsProcessor
-from confkv.layer import ConfKVLayer, LayerRules
-from confkv.policies import PolicyConfig, get_policy
+from confkv.layer import ConfKVLayer, NotAttachedError
+from confkv.policies import get_policy
+from confkv.policy import KVPolicy
 
 
 @dataclass
@@ -40,69 +48,58 @@ def num_layers(config) -> int:
 
 
 class ConfKVCache(Cache):
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        policy: PolicyConfig | str = "confkv",
-        record_evictions: bool = False,
-    ) -> None:
+    def __init__(self, model: torch.nn.Module, policy: KVPolicy | str = "confkv", record_evictions: bool = False) -> None:
         self.policy = get_policy(policy) if isinstance(policy, str) else policy.validate()
-        if getattr(model.config, "_attn_implementation", None) != ATTN_NAME:
-            model.set_attn_implementation(ATTN_NAME)
         self.n_layers = num_layers(model.config)
-        self.schedule = self.policy.schedule()
+        self.schedule = self.policy.schedule()  # replaceable, e.g. by a `ReplayBudget` (bench ppl)
+        self.rankers = [self.policy.make_ranker() for _ in range(self.n_layers)]
         self.confidence: float | None = None
         self.global_budget: int | None = None
         self._layer_budgets: list[int] | None = None
+        self._forced: int | None = None
         self._budget_table: dict[int, list[int]] = {}
-        self.peak_kv_bytes = 0
-        self._live: list[int] = [0] * self.n_layers
         self.pins: list[tuple[int, int | None]] = []
+        self.attached = 0  # how many `attach` scopes hold this cache
+        self.peak_kv_bytes = 0
+        self.bookkeeping_s = 0.0  # time in end_forward (confidence, ranking, migration, compaction): for benchmarks
+        wants_mass = self.policy.wants_mass
         layers = [
-            ConfKVLayer(
-                i,
-                LayerRules(
-                    ranker=self.policy.make_ranker(),
-                    sinks=self.policy.sinks,
-                    protected=self.policy.protected,
-                    int8_after=self.policy.int8_after,
-                    budget=self._budget_getter(i),
-                    record_evictions=record_evictions,
-                    pins=self.pins,
-                ),
-                on_resize=self._resized_callback(i),
-            )
+            ConfKVLayer(i, wants_mass, self.policy.evicts, record_evictions, on_update=self._check_attached)
             for i in range(self.n_layers)
         ]
         super().__init__(layers=layers)
-        self.set_confidence(None)
+        self._decide(None)
 
     # -- budget --------------------------------------------------------------------------------------------------
-    def _budget_getter(self, i: int):
-        return lambda: None if self._layer_budgets is None else self._layer_budgets[i]
-
-    def set_confidence(self, confidence: float | None) -> None:
-        """Record step t's confidence; its budget applies from the next appended token on."""
+    def _decide(self, confidence: float | None) -> None:
+        """The global and per-layer budgets for a confidence (a pending `set_budget` wins, once)."""
         self.confidence = confidence
+        if self._forced is not None:
+            self._forced = None
+            return
         if self.schedule is None:
             self.global_budget, self._layer_budgets = None, None
             return
-        self.set_budget(self.schedule.budget(confidence))
+        self._split(self.schedule.budget(confidence))
 
-    def set_budget(self, global_budget: int) -> None:
+    def _split(self, global_budget: int) -> None:
         self.global_budget = int(global_budget)
         if self.global_budget not in self._budget_table:
             self._budget_table[self.global_budget] = self.policy.layer_budgets(self.global_budget, self.n_layers)
         self._layer_budgets = self._budget_table[self.global_budget]
 
+    def set_budget(self, global_budget: int) -> None:
+        """Force the global budget of the next eviction step (instead of the schedule's answer), e.g. in tests."""
+        self._split(global_budget)
+        self._forced = self.global_budget
+
     def pin(self, spans: list[tuple[int, int | None]]) -> None:
         """Replace the pinned position spans `[start, end)` (end None = open-ended): never evicted, and outside the
-        budget. Unpinned tokens become evictable at the next eviction.
-
-        When a pin takes effect: at the next eviction, which runs after every forward call (every prefill chunk and
-        every decode step). So pin a span BEFORE appending its tokens (positions need not exist yet): a long append
-        is prefilled in chunks with eviction between them, and a pin set after it comes too late for the early
-        chunks. `ConfKVSession.append(ids, pin=True)` does exactly that."""
+        budget. Pins take effect at the next eviction step, i.e. at the end of the next forward (every prefill chunk
+        and every decode step ends with one): pin a span BEFORE appending its tokens (positions need not exist yet;
+        `(seen, None)` protects everything appended from now on). A pin set after a chunked append comes too late
+        for its early chunks. `ConfKVSession.append(ids, pin=True)` pins exactly the appended span. Unpinned tokens
+        compete for the budget again at the next eviction step."""
         self.pins[:] = [(int(a), None if b is None else int(b)) for a, b in spans]
 
     def add_pin(self, start: int, end: int | None) -> None:
@@ -111,23 +108,40 @@ class ConfKVCache(Cache):
 
     @property
     def layer_budgets(self) -> list[int] | None:
+        """The per-layer budgets of the last (or forced next) eviction step; None = keep everything."""
         return None if self._layer_budgets is None else list(self._layer_budgets)
 
     def confidence_processor(self) -> ConfidenceLogitsProcessor:
-        """A logits processor that feeds each generated step's confidence back into this cache."""
-        return ConfidenceLogitsProcessor(
-            self.set_confidence, self.policy.confidence_weights, self.policy.confidence_rescale
-        )
+        """A logits processor that records each generated step's confidence (its `history`). The budget does not
+        need it: the attached cache reads each forward's confidence from the logits itself."""
+        return ConfidenceLogitsProcessor(lambda c: None, self.policy.confidence_weights, self.policy.confidence_rescale)
+
+    # -- the one eviction step per forward -----------------------------------------------------------------------
+    def end_forward(self, logits: torch.Tensor | None) -> None:
+        """After all layers: confidence of `logits [B, L, V]` -> budget -> the policy evicts every layer."""
+        if not any(layer.new_tokens for layer in self.layers):
+            return  # not a forward through this cache (another cache, or no cache)
+        t0 = time.perf_counter()
+        conf = None if logits is None else float(self.policy.confidence(logits))
+        self._decide(conf)
+        budgets = self._layer_budgets
+        for i, layer in enumerate(self.layers):
+            budget = None if budgets is None else budgets[i]
+            layer.capacity_hint = budget
+            self.policy.apply(layer, self.rankers[i], budget, self.pins)
+        self.bookkeeping_s += time.perf_counter() - t0
+
+    def _check_attached(self) -> None:
+        if not self.attached:
+            raise NotAttachedError(
+                "ConfKVCache used in a forward outside `with confkv.attach(model, cache):` (or a ConfKVSession)"
+            )
 
     # -- accounting ----------------------------------------------------------------------------------------------
-    def _resized_callback(self, i: int):
-        def resized() -> None:
-            self._live[i] = self.layers[i].kv_bytes()
-            total = sum(self._live)
-            if total > self.peak_kv_bytes:
-                self.peak_kv_bytes = total
-
-        return resized
+    def _account(self) -> None:
+        total = sum(layer.kv_bytes() for layer in self.layers)
+        if total > self.peak_kv_bytes:
+            self.peak_kv_bytes = total
 
     def memory(self) -> MemorySnapshot:
         return MemorySnapshot(
@@ -144,5 +158,61 @@ class ConfKVCache(Cache):
     def reset(self) -> None:
         super().reset()
         self.peak_kv_bytes = 0
-        self._live = [0] * self.n_layers
-        self.set_confidence(None)
+        self._decide(None)
+
+
+def _logits(output: object) -> torch.Tensor | None:
+    logits = getattr(output, "logits", None)
+    return logits if isinstance(logits, torch.Tensor) and logits.dim() == 3 else None
+
+
+_ATTN_CONFIGS: weakref.WeakKeyDictionary[torch.nn.Module, list] = weakref.WeakKeyDictionary()
+
+
+def _attn_configs(model: torch.nn.Module) -> list:
+    """Every config object the model's attention reads `_attn_implementation` from (the top config, sub-configs,
+    sub-models' own configs). Found once per model, when one `set_attn_implementation(ATTN_NAME)` also validates
+    the switch; `attach` then toggles these attributes directly (a module walk per decode step costs milliseconds)."""
+    configs = _ATTN_CONFIGS.get(model)
+    if configs is None:
+        found = {id(model.config): model.config}
+        for sub in model.modules():
+            config = getattr(sub, "config", None)
+            if config is not None and hasattr(config, "_attn_implementation_internal"):
+                found[id(config)] = config
+        for config in list(found.values()):
+            for key in getattr(config, "sub_configs", {}):
+                sub_config = getattr(config, key, None)
+                if sub_config is not None and hasattr(sub_config, "_attn_implementation_internal"):
+                    found[id(sub_config)] = sub_config
+        configs = list(found.values())
+        before = [config._attn_implementation_internal for config in configs]
+        model.set_attn_implementation(ATTN_NAME)
+        for config, impl in zip(configs, before, strict=True):
+            config._attn_implementation_internal = impl
+        _ATTN_CONFIGS[model] = configs
+    return configs
+
+
+@contextmanager
+def attach(model: torch.nn.Module, cache: ConfKVCache) -> Iterator[ConfKVCache]:
+    """Within the block, `model` runs the `confkv` attention and `cache` evicts after every forward; on exit the
+    model's previous attention implementation is back and the hook is gone. Nested scopes are cheap no-ops."""
+    previous = [(config, config._attn_implementation_internal) for config in _attn_configs(model)]
+    for config, _ in previous:
+        config._attn_implementation_internal = ATTN_NAME
+
+    def after_forward(module, args, output):
+        cache._account()  # the peak: every layer holds its new tokens, nothing evicted yet
+        cache.end_forward(_logits(output))
+        cache._account()
+
+    handle = model.register_forward_hook(after_forward)
+    cache.attached += 1
+    try:
+        yield cache
+    finally:
+        cache.attached -= 1
+        handle.remove()
+        for config, impl in previous:
+            config._attn_implementation_internal = impl

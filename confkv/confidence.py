@@ -46,9 +46,9 @@ def confidence(
 class ConfidenceLogitsProcessor:
     """A `transformers` logits processor that reports each step's confidence and leaves the scores untouched.
 
-    `model.generate(..., logits_processor=[ConfidenceLogitsProcessor(cache.set_confidence)])` lets the cache pick
-    the next step's budget from the model's own distribution. With a batch, the least confident row decides (the
-    cache has one budget per layer, and the uncertain sequence is the one that needs context).
+    `model.generate(..., logits_processor=[ConfidenceLogitsProcessor(history.append)])` reports the model's own
+    confidence per generated step (an attached `ConfKVCache` computes its budget from each forward's logits itself,
+    see `KVPolicy.confidence`). With a batch, the least confident row is reported.
     """
 
     def __init__(

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from confkv.policies import PolicyConfig
+from confkv.policy import KVPolicy
 from confkv.session import ConfKVSession
 
 
@@ -50,7 +50,7 @@ def generate(
     model: torch.nn.Module,
     tokenizer,
     prompt: str,
-    policy: PolicyConfig | str,
+    policy: KVPolicy | str,
     max_new_tokens: int = 64,
     chat: bool = False,
     ignore_eos: bool = False,
@@ -83,18 +83,14 @@ def generate(
 
 def plain_generate(model: torch.nn.Module, tokenizer, prompt: str, max_new_tokens: int, chat: bool,
                    ignore_eos: bool) -> list[int]:
-    """The reference: `model.generate` with transformers' own DynamicCache and sdpa, greedy."""
+    """The reference: `model.generate` with transformers' own DynamicCache and the model's own attention (sdpa as
+    `confkv.models.load` loads it; sessions attach `confkv` attention only for their calls), greedy."""
     ids = encode_prompt(tokenizer, prompt, chat)
-    previous = model.config._attn_implementation
-    model.set_attn_implementation("sdpa")
-    try:
-        with torch.no_grad():
-            out = model.generate(
-                ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
-                eos_token_id=None if ignore_eos else tokenizer.eos_token_id,
-                pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
-                **({"min_new_tokens": max_new_tokens} if ignore_eos else {}),
-            )
-    finally:
-        model.set_attn_implementation(previous)
+    with torch.no_grad():
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
+            eos_token_id=None if ignore_eos else tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+            **({"min_new_tokens": max_new_tokens} if ignore_eos else {}),
+        )
     return out[0, ids.shape[1]:].tolist()

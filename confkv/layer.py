@@ -1,21 +1,19 @@
-"""One layer of the Conf-KV cache: a `transformers` cache layer that evicts and quantizes for real.
+"""One layer of the Conf-KV cache: a `transformers` cache layer that stores, removes and quantizes for real.
 
 Storage: an INT8 store (old tokens, per-token-per-head scales) and a model-dtype store (the recent window), each a
 `SlotStore`, so kept bytes are really kept bytes. Every slot carries its absolute position (`pos`) and the ranker's
 accumulator (`acc`). The model-dtype window is ordered and shared by all heads; the INT8 store is unordered and each
 KV head evicts its own tokens (same count per head, so tensors stay rectangular).
 
-Lifecycle of one forward call (driven by the `confkv` attention function, see `confkv.attention`):
-    update()            append the new tokens to the model-dtype store, return a view for attention
-    attention           reads both stores (INT8 dequantized inside the kernel), returns per-key mass
-    after_attention()   fold mass into `acc`; move tokens older than the window to INT8; evict down to the budget
-So eviction happens after the tokens were used at this step, and the physical length after a call is <= budget.
-`get_seq_length()` is the logical length (tokens seen), which keeps default position ids absolute.
+The layer decides nothing: during a forward, `update()` appends the new tokens and hands attention a view; attention
+(`confkv.attention`) leaves the call's per-key mass in `mass`; after the last layer, the policy
+(`KVPolicy.apply`, driven by `ConfKVCache.end_forward`) folds the mass, and tells the layer what to quantize
+(`quantize_oldest`) and evict (`evict`). `get_seq_length()` is the logical length (tokens seen), which keeps default
+position ids absolute.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,23 +21,11 @@ import torch
 from transformers.cache_utils import CacheLayerMixin
 
 from confkv.kernels import SegmentedKV, quantize_int8
-from confkv.rankers import Ranker
 from confkv.slots import SlotStore
 
 
-@dataclass
-class LayerRules:
-    """What one layer needs from the policy."""
-
-    ranker: Ranker
-    sinks: int
-    protected: int
-    int8_after: int | None
-    budget: Callable[[], int | None]  # the layer's budget now (None = keep everything)
-    record_evictions: bool = False
-    # Pinned position spans [start, end) (end None = open): never evicted and not counted against the budget.
-    # The agent pins its system prompt and the turn being decided, so the budget governs older history only.
-    pins: list[tuple[int, int | None]] | None = None
+class NotAttachedError(RuntimeError):
+    """A `ConfKVCache` was used in a forward without its attention implementation attached."""
 
 
 @dataclass
@@ -55,18 +41,29 @@ class ConfKVLayer(CacheLayerMixin):
     is_compileable = False
     is_croppable = False
 
-    def __init__(self, layer_idx: int, rules: LayerRules, on_resize: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        layer_idx: int,
+        wants_mass: bool = False,
+        evicts: bool = False,
+        record_evictions: bool = False,
+        on_update: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__()
         self.layer_idx = layer_idx
-        self.rules = rules
+        self.wants_mass = wants_mass  # attention must return per-key mass (the policy ranks by it)
+        self.evicts = evicts  # kept positions may differ per head (so prefill cannot share one sdpa mask)
+        self.record_evictions = record_evictions
+        self.on_update = on_update  # the cache checks it is attached and keeps its peak accounting
+        self.capacity_hint: int | None = None  # the last budget: caps geometric growth of the model-dtype store
         self.fp = SlotStore()
         self.q8 = SlotStore()
         self.seen = 0
+        self.new_tokens = 0  # appended since the last eviction step
         self.q_pos: torch.Tensor | None = None  # positions of the current call's queries [B, L]
-        self.on_resize = on_resize
+        self.mass: torch.Tensor | None = None  # the call's per-query-head mass [B, H_q, Tq+Tf], set by attention
         self.evictions: list[tuple[torch.Tensor, int]] = []  # (evicted positions [B,H,k], last query pos that saw them)
         self._slot_bytes: tuple[int, int] | None = None  # bytes per slot: model-dtype K+V, INT8 K+V+scales
-        self.bookkeeping_s = 0.0  # time in after_attention (EMA, migration, ranking, compaction): for benchmarks
 
     # -- transformers CacheLayerMixin ----------------------------------------------------------------------------
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -75,22 +72,23 @@ class ConfKVLayer(CacheLayerMixin):
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[LayerView, LayerView]:
+        if self.on_update:
+            self.on_update()
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         b, h, length, _ = key_states.shape
         pos = torch.arange(self.seen, self.seen + length, device=key_states.device)
         self.q_pos = pos.expand(b, length)
-        budget = self.rules.budget()
+        hint = self.capacity_hint
         self.fp.append(
-            limit=None if budget is None else budget + length,
+            limit=None if hint is None else hint + length,
             k=key_states,
             v=value_states,
             pos=pos.expand(b, h, length),
-            acc=self.rules.ranker.initial(self._all_acc(), length, key_states),
+            acc=torch.zeros(b, h, length, dtype=torch.float32, device=key_states.device),  # the policy seeds it
         )
         self.seen += length
-        if self.on_resize:
-            self.on_resize()
+        self.new_tokens += length
         view = LayerView(self, length)
         return view, view
 
@@ -105,7 +103,7 @@ class ConfKVLayer(CacheLayerMixin):
         return -1
 
     def reset(self) -> None:
-        self.fp, self.q8, self.seen, self.q_pos = SlotStore(), SlotStore(), 0, None
+        self.fp, self.q8, self.seen, self.q_pos, self.mass, self.new_tokens = SlotStore(), SlotStore(), 0, None, None, 0
         self.evictions = []
         self._slot_bytes = None
 
@@ -121,7 +119,7 @@ class ConfKVLayer(CacheLayerMixin):
     def prefetch(self) -> None:
         return None
 
-    # -- attention side ------------------------------------------------------------------------------------------
+    # -- what attention reads ------------------------------------------------------------------------------------
     @property
     def physical_length(self) -> int:
         return self.fp.n + self.q8.n
@@ -130,6 +128,10 @@ class ConfKVLayer(CacheLayerMixin):
         """Absolute positions of every physically kept token, per KV head `[B, H_kv, T]` (INT8 slots first)."""
         parts = [s.view("pos") for s in (self.q8, self.fp) if s.n]
         return torch.cat(parts, dim=2) if parts else torch.empty(0, 0, 0, dtype=torch.long)
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.fp.bufs["k"].shape[1]
 
     def segments(self) -> SegmentedKV:
         """The layer's keys/values for the attention kernel: INT8 slots first, then model-dtype slots."""
@@ -145,82 +147,37 @@ class ConfKVLayer(CacheLayerMixin):
             pos_fp=self.fp.view("pos"),
         )
 
-    @property
-    def wants_mass(self) -> bool:
-        return self.rules.ranker.uses_attention and self.rules.budget() is not None
+    # -- what the policy tells it --------------------------------------------------------------------------------
+    def take_mass(self) -> torch.Tensor | None:
+        """The last forward's mass (consumed), and the end of that forward's bookkeeping."""
+        mass, self.mass, self.new_tokens = self.mass, None, 0
+        return mass
 
-    def after_attention(self, mass: torch.Tensor | None) -> None:
-        """Fold the call's attention mass `[B, H_kv, Tq+Tf]` into the accumulators, then migrate and evict."""
-        t0 = time.perf_counter()
-        ranker = self.rules.ranker
-        if mass is not None:
-            n_q8 = self.q8.n
-            if n_q8:
-                ranker.accumulate(self.q8.view("acc"), mass[:, :, :n_q8])
-            ranker.accumulate(self.fp.view("acc"), mass[:, :, n_q8:])
-        self._migrate()
-        self._evict()
-        if self.on_resize:
-            self.on_resize()
-        self.bookkeeping_s += time.perf_counter() - t0
+    def acc_before_new(self) -> torch.Tensor | None:
+        """The accumulator of the store that held most tokens before this forward's new tokens (rankers read a
+        per-head summary of it to seed the new tokens)."""
+        fp_old = self.fp.n - self.new_tokens
+        if self.q8.n > fp_old:
+            return self.q8.view("acc")
+        return self.fp.view("acc")[:, :, :fp_old] if fp_old else None
 
-    # -- internals -----------------------------------------------------------------------------------------------
-    def _all_acc(self) -> torch.Tensor | None:
-        """The accumulator of the store holding most tokens (rankers only read a per-head summary of it)."""
-        store = self.q8 if self.q8.n > self.fp.n else self.fp
-        return store.view("acc") if store.n else None
-
-    def _migrate(self) -> None:
-        """Quantize the tokens that fell out of the model-dtype window (oldest first; same positions in all heads)."""
-        window = self.rules.int8_after
-        if window is None or self.fp.n <= window:
-            return
-        old = self.fp.pop_front(self.fp.n - window)
+    def quantize_oldest(self, m: int, capacity: int | None = None) -> None:
+        """Move the `m` oldest model-dtype tokens (same positions in all heads) to the INT8 store."""
+        old = self.fp.pop_front(m)
         k_q, k_scale = quantize_int8(old["k"])
         v_q, v_scale = quantize_int8(old["v"])
-        budget = self.rules.budget()
-        self.q8.append(
-            limit=None if budget is None else budget + 1,
-            k=k_q, v=v_q, k_scale=k_scale, v_scale=v_scale, pos=old["pos"], acc=old["acc"],
-        )
+        self.q8.append(limit=capacity, k=k_q, v=v_q, k_scale=k_scale, v_scale=v_scale, pos=old["pos"], acc=old["acc"])
 
-    def _evict(self) -> None:
-        budget = self.rules.budget()
-        if budget is None:
-            return
-        n_pinned = 0
-        if self.rules.pins:  # pinned positions are shared by all heads: count them on one head
-            n_pinned = int(sum(self._pinned(s.view("pos")[:1, :1]).sum() for s in (self.q8, self.fp) if s.n))
-        excess = self.physical_length - budget - n_pinned
-        store = self.q8 if self.rules.int8_after is not None else self.fp
-        if excess > 0:
-            now = self.seen - 1
-            pos = store.view("pos")
-            scores = self.rules.ranker.rank(store.view("acc"), pos, now).float()
-            pinned = (pos < self.rules.sinks) | (pos > now - self.rules.protected) | self._pinned(pos)
-            scores = scores.masked_fill(pinned, float("inf"))
-            evictable = int((~pinned).sum(dim=-1).min())
-            if evictable < excess:
-                raise RuntimeError(
-                    f"layer {self.layer_idx}: must evict {excess} tokens but only {evictable} are evictable "
-                    f"(budget {budget}, sinks {self.rules.sinks}, protected {self.rules.protected})"
-                )
-            victims = scores.topk(excess, dim=-1, largest=False).indices
-            if self.rules.record_evictions:
-                self.evictions.append((pos.gather(2, victims).clone(), now))
-            store.remove(victims)
-        # Keep room for the next decode token; free the rest (e.g. after the gate dropped n_high -> n_low).
-        self.fp.fit((self.rules.int8_after or budget) + 1)
-        self.q8.fit(max(budget - self.fp.n, 0) + 1)
+    def evict(self, store: SlotStore, victims: torch.Tensor) -> None:
+        """Remove slots `victims [B, H, k]` of `store` (recorded with the last query position that saw them)."""
+        if self.record_evictions:
+            self.evictions.append((store.view("pos").gather(2, victims).clone(), self.seen - 1))
+        store.remove(victims)
 
-    def _pinned(self, pos: torch.Tensor) -> torch.Tensor:
-        mask = torch.zeros_like(pos, dtype=torch.bool)
-        for start, end in self.rules.pins or ():
-            span = pos >= start
-            if end is not None:
-                span &= pos < end
-            mask |= span
-        return mask
+    def fit(self, fp_slots: int, q8_slots: int) -> None:
+        """Free spare capacity beyond these slot counts (see `SlotStore.fit`)."""
+        self.fp.fit(fp_slots)
+        self.q8.fit(q8_slots)
 
     # -- accounting ----------------------------------------------------------------------------------------------
     def kv_bytes(self) -> int:

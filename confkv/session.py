@@ -4,34 +4,36 @@ The agent appends each new observation, decodes an action, appends the next obse
 are ever run through the model. Long appends are prefilled in chunks of `policy.prefill_chunk` with eviction after
 every chunk, so the KV peak during prefill is bounded by budget + chunk, not by the input length.
 
-Confidence of an appended chunk: the mean confidence over its last `CHUNK_CONFIDENCE_POSITIONS` positions (the
-logits of those positions only are computed, which keeps a 150k-vocabulary head cheap). During decoding every step's
-confidence comes from that step's raw logits, before any sampling constraint.
+Attachment: each public call (`append`, `step`, `decode`) runs inside one `confkv.attach(model, cache)` scope, so the
+model is plain again between calls (benchmarks and tests mix plain forwards with sessions), and a whole `decode`
+switches the attention implementation once, not per token.
+
+Confidence of a call: `KVPolicy.confidence` (the mean over its last `CONFIDENCE_POSITIONS` positions, the least
+confident row; only those positions' logits are computed, which keeps a 150k-vocabulary head cheap). During decoding
+every step's confidence comes from that step's raw logits, before any sampling constraint.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
-from confkv.cache import ConfKVCache
-from confkv.confidence import confidence
-from confkv.policies import PolicyConfig
-
-CHUNK_CONFIDENCE_POSITIONS = 64
+from confkv.cache import ConfKVCache, attach
+from confkv.policy import CONFIDENCE_POSITIONS, KVPolicy
 
 
 @dataclass
-class StepRecord:
-    """One model call: what the cache looked like right after it."""
+class CallRecord:
+    """One model call: what the cache looked like right after it (the agent's per-step record is
+    `traces.records.StepRecord`)."""
 
     kind: str  # "prefill" or "decode"
     tokens: int  # tokens appended by the call
     confidence: float  # confidence of the call's logits (chunk mean for prefill)
-    budget: int | None  # global budget in force for the NEXT call
+    budget: int | None  # global budget decided from this call's confidence: what was kept right after it
     kept_tokens: int  # mean physical length over layers
     kv_bytes: int
     token_id: int | None = None
@@ -39,7 +41,7 @@ class StepRecord:
 
 @dataclass
 class SessionStats:
-    steps: list[StepRecord] = field(default_factory=list)
+    steps: list[CallRecord] = field(default_factory=list)
     prefilled_tokens: int = 0
     decoded_tokens: int = 0
 
@@ -50,7 +52,7 @@ LogitsHook = Callable[[torch.Tensor, list[int]], torch.Tensor]
 class ConfKVSession:
     """Owns a model + `ConfKVCache`; `append` text/tokens, `decode` tokens, read memory and step records."""
 
-    def __init__(self, model: torch.nn.Module, policy: PolicyConfig | str = "confkv", tokenizer=None, **cache_kw) -> None:
+    def __init__(self, model: torch.nn.Module, policy: KVPolicy | str = "confkv", tokenizer=None, **cache_kw) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.cache = ConfKVCache(model, policy, **cache_kw)
@@ -58,16 +60,34 @@ class ConfKVSession:
         self.stats = SessionStats()
         self.last_logits: torch.Tensor | None = None  # [B, V] logits of the last position seen
         self.device = next(model.parameters()).device
-        self.confidence_s = 0.0  # time spent turning decode logits into confidence (benchmarks report its share)
+        self._scope_depth = 0
 
     @property
     def seen(self) -> int:
         return self.cache.get_seq_length()
 
+    @contextmanager
+    def attached(self) -> Iterator[None]:
+        """One `attach(model, cache)` scope around a public call (nested calls reuse the outer scope)."""
+        if self._scope_depth:
+            self._scope_depth += 1
+            try:
+                yield
+            finally:
+                self._scope_depth -= 1
+            return
+        with attach(self.model, self.cache):
+            self._scope_depth = 1
+            try:
+                yield
+            finally:
+                self._scope_depth = 0
+
     def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
+        """One forward; the cache evicts at its end (`ConfKVCache.end_forward`)."""
         start = self.seen
         position_ids = torch.arange(start, start + ids.shape[1], device=self.device).expand(ids.shape[0], -1)
-        with torch.no_grad():
+        with self.attached(), torch.no_grad():
             out = self.model(
                 input_ids=ids.to(self.device), position_ids=position_ids, cache=self.cache, use_cache=True,
                 logits_to_keep=keep,
@@ -77,7 +97,7 @@ class ConfKVSession:
     def _record(self, kind: str, tokens: int, conf: float, token_id: int | None = None) -> None:
         kept = [layer.physical_length for layer in self.cache.layers]
         self.stats.steps.append(
-            StepRecord(kind, tokens, conf, self.cache.global_budget, round(sum(kept) / len(kept)),
+            CallRecord(kind, tokens, conf, self.cache.global_budget, round(sum(kept) / len(kept)),
                        sum(layer.kv_bytes() for layer in self.cache.layers), token_id)
         )
 
@@ -96,30 +116,25 @@ class ConfKVSession:
             self.cache.add_pin(self.seen, self.seen + ids.shape[1])
         chunk = self.policy.prefill_chunk
         kept: list[torch.Tensor] = []
-        for lo in range(0, ids.shape[1], chunk):
-            part = ids[:, lo : lo + chunk]
-            n_conf = min(part.shape[1], CHUNK_CONFIDENCE_POSITIONS)
-            logits = self._forward(part, part.shape[1] if all_logits else n_conf)
-            weights, rescale = self.policy.confidence_weights, self.policy.confidence_rescale
-            conf = float(confidence(logits[:, -n_conf:], weights, rescale).mean())
-            self.cache.set_confidence(conf)
-            self.last_logits = logits[:, -1]
-            self.stats.prefilled_tokens += part.shape[1]
-            self._record("prefill", part.shape[1], conf)
-            if all_logits:
-                kept.append(logits)
+        with self.attached():
+            for lo in range(0, ids.shape[1], chunk):
+                part = ids[:, lo : lo + chunk]
+                n_conf = min(part.shape[1], CONFIDENCE_POSITIONS)
+                logits = self._forward(part, part.shape[1] if all_logits else n_conf)
+                self.last_logits = logits[:, -1]
+                self.stats.prefilled_tokens += part.shape[1]
+                self._record("prefill", part.shape[1], self.cache.confidence)
+                if all_logits:
+                    kept.append(logits)
         return torch.cat(kept, dim=1) if all_logits else self.last_logits
 
     def step(self, token_id: int) -> torch.Tensor:
-        """Append one decoded token (batch 1); returns its logits `[1, V]` and sets the next step's budget."""
+        """Append one decoded token (batch 1); returns its logits `[1, V]`. Its confidence sets the budget of the
+        eviction right after it."""
         logits = self._forward(torch.tensor([[token_id]]), 1)[:, -1]
-        t0 = time.perf_counter()
-        conf = float(confidence(logits, self.policy.confidence_weights, self.policy.confidence_rescale).min())
-        self.confidence_s += time.perf_counter() - t0
-        self.cache.set_confidence(conf)
         self.last_logits = logits
         self.stats.decoded_tokens += 1
-        self._record("decode", 1, conf, token_id)
+        self._record("decode", 1, self.cache.confidence, token_id)
         return logits
 
     def decode(
@@ -127,7 +142,7 @@ class ConfKVSession:
         max_new_tokens: int,
         stop_ids: Iterable[int] = (),
         logits_hook: LogitsHook | None = None,
-        on_token: Callable[[int, StepRecord], None] | None = None,
+        on_token: Callable[[int, CallRecord], None] | None = None,
     ) -> list[int]:
         """Greedy decoding from the last logits. `logits_hook(logits, generated)` may constrain the choice (its
         output is used for the argmax only; confidence always comes from the raw logits)."""
@@ -135,6 +150,12 @@ class ConfKVSession:
             raise RuntimeError("decode() needs a prompt: call append() first")
         stops = set(stop_ids)
         generated: list[int] = []
+        with self.attached():
+            self._decode_loop(max_new_tokens, stops, generated, logits_hook, on_token)
+        return generated
+
+    def _decode_loop(self, max_new_tokens: int, stops: set[int], generated: list[int],
+                     logits_hook: LogitsHook | None, on_token: Callable[[int, CallRecord], None] | None) -> None:
         for _ in range(max_new_tokens):
             logits = self.last_logits[0]
             if logits_hook is not None:
@@ -146,7 +167,6 @@ class ConfKVSession:
             self.step(token)
             if on_token is not None:
                 on_token(token, self.stats.steps[-1])
-        return generated
 
     def _as_ids(self, ids: torch.Tensor | Iterable[int] | str) -> torch.Tensor:
         if isinstance(ids, str):

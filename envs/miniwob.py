@@ -15,11 +15,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from agent.browser import BrowserSession
+# The runner's browser (e.g. `agent.browser.BrowserSession`: `active_page`, `close()`); envs does not import the agent.
+BrowserSession = Any
 
 #: A slow local model may think for a minute per step; the default leaves room for ~10 steps.
 DEFAULT_MAX_TIME_S = 600.0
@@ -39,22 +40,26 @@ def list_tasks() -> list[str]:
 
 
 class MiniWobEpisode:
-    """One seeded MiniWoB++ episode. Use as a context manager; it opens its own confined session unless given one.
+    """One seeded MiniWoB++ episode. Use as a context manager; it uses the `session` it is given, or opens one with
+    `open_session()` (e.g. `lambda: BrowserSession(allowed_origins=[], allow_file=True).start()`) and closes it.
 
-    >>> with MiniWobEpisode("click-button", seed=3) as ep:  # doctest: +SKIP
+    >>> with MiniWobEpisode("click-button", seed=3, session=browser) as ep:  # doctest: +SKIP
     ...     ep.utterance, ep.session  # act through agent.executor on ep.session, then read ep.reward / ep.done
     """
 
     def __init__(self, task: str, seed: int = 0, max_time_s: float = DEFAULT_MAX_TIME_S,
-                 session: BrowserSession | None = None) -> None:
+                 session: BrowserSession | None = None, open_session: Callable[[], BrowserSession] | None = None) -> None:
         path = html_dir() / f"{task}.html"
         if not path.is_file():
             near = [t for t in list_tasks() if task.split("-")[0] in t][:8]
             raise ValueError(f"unknown MiniWoB++ task '{task}'" + (f"; similar: {', '.join(near)}" if near else ""))
         self.task, self.seed, self.max_time_s = task, seed, max_time_s
         self.url = path.as_uri()
+        if session is None and open_session is None:
+            raise ValueError("MiniWobEpisode needs a browser: pass session= or open_session=")
         self._own_session = session is None
         self._session = session
+        self._open_session = open_session
 
     @property
     def session(self) -> BrowserSession:
@@ -72,9 +77,8 @@ class MiniWobEpisode:
     def start(self, ready_timeout_s: float = 5.0) -> str:
         """Open the task page, seed it, start the episode; return the instruction (`#query` text)."""
         if self._session is None:
-            from agent.browser import BrowserSession
-
-            self._session = BrowserSession(allowed_origins=[], allow_file=True).start()
+            assert self._open_session is not None
+            self._session = self._open_session()
         try:
             page = self.session.active_page
             page.goto(self.url, wait_until="load")

@@ -10,7 +10,7 @@ reported the same way.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +37,8 @@ TAB_SEPARATOR = " |AND| "
 OR_SEPARATOR = " |OR| "
 NOT_ACHIEVABLE = "N/A"
 
+# The runner's parser of one reference step (raises ValueError on a bad step), e.g. `agent.actions.parse_action`.
+StepParser = Callable[[str], object]
 _STOP_RE = re.compile(r"^\s*stop\s*\[(.*)\]\s*$", re.DOTALL)
 _GOTO_RE = re.compile(r"^\s*goto\s*\[(.*)\]\s*$", re.DOTALL)
 
@@ -155,7 +157,7 @@ class Task(_Strict):
 # --------------------------------------------------------------------------------------------- checks beyond shape
 
 
-def _semantic_errors(task: Task, local: bool) -> list[tuple[tuple[Any, ...], str]]:
+def _semantic_errors(task: Task, local: bool, parse_step: StepParser | None) -> list[tuple[tuple[Any, ...], str]]:
     """Checks that need the whole task. `local` adds the rules for our own YAML files (id ranges, solutions)."""
     errors: list[tuple[tuple[Any, ...], str]] = []
     urls: list[tuple[tuple[Any, ...], str]] = [(("start_url",), task.start_url)]
@@ -185,22 +187,22 @@ def _semantic_errors(task: Task, local: bool) -> list[tuple[tuple[Any, ...], str
     if task.task_id not in id_range:
         kind = "cross-site" if len(task.sites) > 1 else task.sites[0]
         errors.append((("task_id",), f"{task.task_id} is outside the {kind} range {id_range.start}-{id_range.stop - 1}"))
-    errors += _solution_errors(task)
+    errors += _solution_errors(task, parse_step)
     return errors
 
 
-def _solution_errors(task: Task) -> list[tuple[tuple[Any, ...], str]]:
-    """The reference solution must parse in the agent's grammar and end with `stop` where an answer is judged."""
+def _solution_errors(task: Task, parse_step: StepParser | None) -> list[tuple[tuple[Any, ...], str]]:
+    """The reference solution must end with `stop` where an answer is judged, and parse with `parse_step` (the
+    runner's action grammar, e.g. `agent.actions.parse_action`; envs does not know the grammar) when given."""
     steps = task.reference_solution
     if not steps:
         return [(("reference_solution",), "is empty: every task ships a solution")]
     errors: list[tuple[tuple[Any, ...], str]] = []
-    from agent.actions import ActionParseError, parse_action  # lazily: the grammar belongs to the agent package
-
     for i, line in enumerate(steps):
         try:
-            parse_action(line)
-        except ActionParseError as exc:
+            if parse_step is not None:
+                parse_step(line)
+        except ValueError as exc:
             errors.append((("reference_solution", i), f"{line!r}: {exc}"))
         if _STOP_RE.match(line) and i != len(steps) - 1:
             errors.append((("reference_solution", i), "stop must be the last action"))
@@ -265,7 +267,9 @@ def _format(source: str, loc: tuple[Any, ...], message: str, line: int | None) -
     return f"{source}: {_loc_text(loc)}: {message}{where}"
 
 
-def build_task(data: Any, source: str, local: bool, node: yaml.Node | None = None) -> Task:
+def build_task(
+    data: Any, source: str, local: bool, node: yaml.Node | None = None, parse_step: StepParser | None = None
+) -> Task:
     """Validate one task mapping (`local`: our YAML rules too); raise TaskSpecError with every located problem."""
     if not isinstance(data, dict):
         raise TaskSpecError([f"{source}: expected a mapping of task keys, got {_YAML_TYPES.get(type(data).__name__)}"])
@@ -276,7 +280,7 @@ def build_task(data: Any, source: str, local: bool, node: yaml.Node | None = Non
             [_format(source, tuple(e["loc"]), _describe(e), _yaml_line(node, tuple(e["loc"]))) for e in exc.errors()]
         ) from None
     task._source = source
-    problems = _semantic_errors(task, local)
+    problems = _semantic_errors(task, local, parse_step)
     if problems:
         raise TaskSpecError([_format(source, loc, msg, _yaml_line(node, loc)) for loc, msg in problems])
     return task
@@ -285,8 +289,9 @@ def build_task(data: Any, source: str, local: bool, node: yaml.Node | None = Non
 # ------------------------------------------------------------------------------------------------------ loaders
 
 
-def load_task(path: str | Path) -> Task:
-    """Load and validate one YAML task file (errors name the file, key path and line)."""
+def load_task(path: str | Path, parse_step: StepParser | None = None) -> Task:
+    """Load and validate one YAML task file (errors name the file, key path and line); `parse_step` checks each
+    reference step in the runner's action grammar."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -300,7 +305,7 @@ def load_task(path: str | Path) -> Task:
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise TaskSpecError([f"{path}{where}: malformed YAML: {problem}"]) from None
-    return build_task(data, str(path), local=True, node=node)
+    return build_task(data, str(path), local=True, node=node, parse_step=parse_step)
 
 
 def task_files(dir_or_files: str | Path | Iterable[str | Path]) -> list[Path]:
@@ -317,7 +322,9 @@ def task_files(dir_or_files: str | Path | Iterable[str | Path]) -> list[Path]:
     return files
 
 
-def validate_files(files: Iterable[Path]) -> list[tuple[Path, Task | None, list[str]]]:
+def validate_files(
+    files: Iterable[Path], parse_step: StepParser | None = None
+) -> list[tuple[Path, Task | None, list[str]]]:
     """Validate each file and task-id uniqueness across all of them; one (path, task or None, errors) per file.
 
     The checker uses this to report every bad file at once instead of stopping at the first."""
@@ -325,7 +332,7 @@ def validate_files(files: Iterable[Path]) -> list[tuple[Path, Task | None, list[
     seen: dict[int, Path] = {}
     for path in files:
         try:
-            task = load_task(path)
+            task = load_task(path, parse_step)
         except TaskSpecError as exc:
             results.append((path, None, exc.errors))
             continue
@@ -337,9 +344,9 @@ def validate_files(files: Iterable[Path]) -> list[tuple[Path, Task | None, list[
     return results
 
 
-def load_tasks(dir_or_files: str | Path | Iterable[str | Path]) -> list[Task]:
+def load_tasks(dir_or_files: str | Path | Iterable[str | Path], parse_step: StepParser | None = None) -> list[Task]:
     """Load every task of a directory (or the given files), sorted by task_id; raise listing every problem."""
-    results = validate_files(task_files(dir_or_files))
+    results = validate_files(task_files(dir_or_files), parse_step)
     errors = [msg for _, _, errs in results for msg in errs]
     if errors:
         raise TaskSpecError(errors)

@@ -33,7 +33,6 @@ class DecodeRow:
 
 
 def _plain(model, ids: torch.Tensor, steps: int) -> tuple[float, int, int]:
-    model.set_attn_implementation("sdpa")
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
         model(ids, cache=cache, use_cache=True, logits_to_keep=1)
@@ -50,14 +49,12 @@ def _plain(model, ids: torch.Tensor, steps: int) -> tuple[float, int, int]:
 def _ours(model, ids: torch.Tensor, steps: int, policy) -> tuple[float, float, int, int]:
     session = ConfKVSession(model, policy)
     session.append(ids)
-    for layer in session.cache.layers:
-        layer.bookkeeping_s = 0.0
-    session.confidence_s = 0.0
+    session.cache.bookkeeping_s = 0.0
     t0 = time.perf_counter()
     for i in range(steps):
         session.step(int(ids[0, i]))
     dt = time.perf_counter() - t0
-    book = sum(layer.bookkeeping_s for layer in session.cache.layers) + session.confidence_s
+    book = session.cache.bookkeeping_s
     mem = session.cache.memory()
     return dt / steps, book / dt, round(sum(mem.kept_tokens) / len(mem.kept_tokens)), mem.kv_bytes
 

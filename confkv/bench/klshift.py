@@ -114,8 +114,6 @@ def positions(cfg: KLShiftConfig, n_tokens: int) -> list[int]:
 def kl_shift_points(model, ids: list[int], cfg: KLShiftConfig, progress: Progress | None = None):
     """(positions, confidence, KL shift) per sampled position; see the module docstring for the definition."""
     cfg.validate()
-    if getattr(model.config, "_attn_implementation", None) == "confkv":
-        model.set_attn_implementation("sdpa")  # plain causal attention: no Conf-KV cache in this benchmark
     device = next(model.parameters()).device
     ts = positions(cfg, len(ids))
     x = torch.tensor([ids], device=device)

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 from confkv.bench.common import CORPUS_NAME, PAPER, footprint, matched_fixed_budget
-from confkv.policies import PolicyConfig, get_policy
+from confkv.policies import get_policy
+from confkv.policy import KVPolicy
 from confkv.session import ConfKVSession
 
 POLICIES = ("full", "sliding", "h2o", "confkv", "confkv-pyramid")
@@ -89,7 +90,7 @@ def make_cell(
     return Cell(length, depth, code, [*prefix, *filler[:at], *needle, *filler[at:]], question, len(prefix) + at)
 
 
-def _policy(name: str, overrides: dict[str, str], chunk: int, budget: int | None) -> PolicyConfig:
+def _policy(name: str, overrides: dict[str, str], chunk: int, budget: int | None) -> KVPolicy:
     base = {"prefill_chunk": str(chunk)}
     if name == "full":
         return get_policy("full", base)
@@ -105,7 +106,7 @@ def answer(session: ConfKVSession, tokenizer, max_new_tokens: int) -> str:
     return tokenizer.decode(session.decode(max_new_tokens, stop_ids=stops), skip_special_tokens=True)
 
 
-def run_cell(model, tokenizer, cell: Cell, policy: PolicyConfig, max_new_tokens: int) -> tuple[bool, str, dict]:
+def run_cell(model, tokenizer, cell: Cell, policy: KVPolicy, max_new_tokens: int) -> tuple[bool, str, dict]:
     session = ConfKVSession(model, policy)
     session.append(cell.ids)
     session.append(cell.question)
@@ -116,7 +117,7 @@ def run_cell(model, tokenizer, cell: Cell, policy: PolicyConfig, max_new_tokens:
                                      "peak_kv_bytes": fp.peak_kv_bytes, "ends": ends}
 
 
-def run_trace(model, tokenizer, cell: Cell, policy: PolicyConfig, max_new_tokens: int) -> dict:
+def run_trace(model, tokenizer, cell: Cell, policy: KVPolicy, max_new_tokens: int) -> dict:
     """confkv with the haystack's tail and the question fed one token per call: per-token confidence and budget."""
     session = ConfKVSession(model, policy)
     session.append(cell.ids[:-TRACE_TAIL])

@@ -27,7 +27,8 @@ import torch
 
 from confkv.bench.common import CORPUS_NAME, PAPER, footprint, matched_fixed_budget
 from confkv.budget import ReplayBudget
-from confkv.policies import PolicyConfig, get_policy
+from confkv.policies import get_policy
+from confkv.policy import KVPolicy
 from confkv.session import ConfKVSession
 
 # Overrides of the gated presets for the CPU quick grid: ~1K tokens with an ~8x compression like the paper's
@@ -63,7 +64,7 @@ class PplConfig:
 
 
 def stream_nll(
-    model: torch.nn.Module, ids: list[int], policy: PolicyConfig, stride: int = 1, replay: list[int] | None = None
+    model: torch.nn.Module, ids: list[int], policy: KVPolicy, stride: int = 1, replay: list[int] | None = None
 ) -> tuple[list[float], ConfKVSession]:
     """Feed `ids` through one session `stride` tokens per call; NLL (nats) of every next token, and the session.
 
@@ -91,7 +92,7 @@ def _chunk(session: ConfKVSession, part: list[int]) -> torch.Tensor:
     return session.append(torch.tensor([part]), all_logits=True)[0]
 
 
-def _policy(name: str, overrides: dict[str, str], budget: int | None = None) -> PolicyConfig:
+def _policy(name: str, overrides: dict[str, str], budget: int | None = None) -> KVPolicy:
     if name == "full":
         return get_policy("full")
     if name == "sliding":

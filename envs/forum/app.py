@@ -59,6 +59,27 @@ def create_app(db_path: Path) -> Flask:
     def template_globals() -> dict:
         return {"user": g.get("user"), "here": webapp.current_path(), "search_query": request.args.get("q", "")}
 
+    @app.errorhandler(404)
+    def not_found(_err):
+        return render_template("message.html", heading="Page not found",
+                               text="There is nothing at this address."), 404
+
+    @app.errorhandler(403)
+    def forbidden(_err):
+        return render_template("message.html", heading="Not allowed",
+                               text="You can only edit your own threads and comments."), 403
+
+    from envs.forum import browse, posting
+
+    _register_auth(app)
+    browse.register(app)
+    posting.register(app)
+    return app
+
+
+def _register_auth(app: Flask) -> None:
+    """Sign in and out (the form every site shares: `username`, `password`, `next`)."""
+
     @app.route("/login", methods=["GET", "POST"])
     def login():
         next_url = safe_next(request.values.get("next"))
@@ -77,22 +98,6 @@ def create_app(db_path: Path) -> Flask:
     @app.post("/logout")
     def logout():
         return webapp.sign_out("front_page")
-
-    @app.errorhandler(404)
-    def not_found(_err):
-        return render_template("message.html", heading="Page not found",
-                               text="There is nothing at this address."), 404
-
-    @app.errorhandler(403)
-    def forbidden(_err):
-        return render_template("message.html", heading="Not allowed",
-                               text="You can only edit your own threads and comments."), 403
-
-    from envs.forum import browse, posting
-
-    browse.register(app)
-    posting.register(app)
-    return app
 
 
 def require(condition: object) -> None:

@@ -25,9 +25,8 @@ def create_app(db_path: Path) -> Flask:
     app = Flask(__name__)
     app.config.update(DB_PATH=str(db_path), SECRET_KEY=SECRET_KEY, SESSION_COOKIE_NAME="onestopshop_session")
     app.teardown_appcontext(webapp.close_request_db)
-    app.register_blueprint(catalog.bp)
-    app.register_blueprint(orders.bp)
-    app.register_blueprint(account.bp)
+    for routes in (catalog, orders, account):
+        routes.register(app)
     app.add_template_filter(money, "money")
     app.add_template_global(url_with, "url_with")
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
+from flask import Flask, abort, flash, redirect, render_template, request, url_for
 
 from envs.shopping.db import PAGE_SIZE, current_user, get_db, login_required, page_count, parse_page
-
-bp = Blueprint("catalog", __name__)
 
 # Sort key -> (link text, ORDER BY clause). Links, not a <select>, so an agent can pick one with a single click.
 SORTS: dict[str, tuple[str, str]] = {
@@ -69,77 +67,76 @@ def _listing(where: list[str], params: list[Any], default_sort: str) -> dict[str
                         "in_stock": in_stock, "keep": keep}}
 
 
-@bp.route("/")
-def home() -> str:
-    db = get_db()
-    top = db.execute(
-        f"SELECT {PRODUCT_COLUMNS} FROM products p JOIN categories c ON c.id = p.category_id"
-        " WHERE (SELECT COUNT(*) FROM reviews r WHERE r.product_id = p.id) >= 3"
-        " ORDER BY rating DESC, review_count DESC, p.id LIMIT 6").fetchall()
-    return render_template("home.html", top=top)
+def register(app: Flask) -> None:
+    """Add this module's routes to the site's app."""
 
+    @app.route("/")
+    def home() -> str:
+        db = get_db()
+        top = db.execute(
+            f"SELECT {PRODUCT_COLUMNS} FROM products p JOIN categories c ON c.id = p.category_id"
+            " WHERE (SELECT COUNT(*) FROM reviews r WHERE r.product_id = p.id) >= 3"
+            " ORDER BY rating DESC, review_count DESC, p.id LIMIT 6").fetchall()
+        return render_template("home.html", top=top)
 
-@bp.route("/search")
-def search() -> str:
-    query = request.args.get("q", "").strip()
-    where: list[str] = []
-    params: list[Any] = []
-    for term in query.split():
-        where.append("(p.name LIKE ? OR p.sku LIKE ? OR p.brand LIKE ? OR p.description LIKE ?)")
-        params += [f"%{term}%"] * 4
-    listing = _listing(where, params, default_sort="featured")
-    return render_template("listing.html", heading=f"Search results for “{query}”" if query else "All products",
-                           query=query, endpoint="catalog.search", endpoint_args={"q": query}, **listing)
+    @app.route("/search")
+    def search() -> str:
+        query = request.args.get("q", "").strip()
+        where: list[str] = []
+        params: list[Any] = []
+        for term in query.split():
+            where.append("(p.name LIKE ? OR p.sku LIKE ? OR p.brand LIKE ? OR p.description LIKE ?)")
+            params += [f"%{term}%"] * 4
+        listing = _listing(where, params, default_sort="featured")
+        return render_template("listing.html", heading=f"Search results for “{query}”" if query else "All products",
+                               query=query, endpoint="search", endpoint_args={"q": query}, **listing)
 
+    @app.route("/category/<slug>")
+    def category(slug: str) -> str:
+        cat = get_db().execute("SELECT * FROM categories WHERE slug=?", (slug,)).fetchone()
+        if cat is None:
+            abort(404, description=f"There is no category called '{slug}'.")
+        listing = _listing(["p.category_id = ?"], [cat["id"]], default_sort="featured")
+        return render_template("listing.html", heading=cat["name"], blurb=cat["blurb"], query=None,
+                               endpoint="category", endpoint_args={"slug": slug}, **listing)
 
-@bp.route("/category/<slug>")
-def category(slug: str) -> str:
-    cat = get_db().execute("SELECT * FROM categories WHERE slug=?", (slug,)).fetchone()
-    if cat is None:
-        abort(404, description=f"There is no category called '{slug}'.")
-    listing = _listing(["p.category_id = ?"], [cat["id"]], default_sort="featured")
-    return render_template("listing.html", heading=cat["name"], blurb=cat["blurb"], query=None,
-                           endpoint="catalog.category", endpoint_args={"slug": slug}, **listing)
+    @app.route("/product/<int:product_id>")
+    def product(product_id: int) -> str:
+        db = get_db()
+        item = db.execute(f"SELECT {PRODUCT_COLUMNS} FROM products p JOIN categories c ON c.id = p.category_id"
+                          " WHERE p.id=?", (product_id,)).fetchone()
+        if item is None:
+            abort(404, description=f"Product {product_id} does not exist.")
+        specs = db.execute("SELECT name, value FROM specs WHERE product_id=? ORDER BY position", (product_id,)).fetchall()
+        reviews = db.execute(
+            "SELECT r.*, u.display_name FROM reviews r JOIN users u ON u.id = r.user_id WHERE r.product_id=?"
+            " ORDER BY r.created DESC, r.id DESC", (product_id,)).fetchall()
+        user = current_user()
+        wished = user is not None and db.execute("SELECT 1 FROM wishlist WHERE user_id=? AND product_id=?",
+                                                 (user["id"], product_id)).fetchone() is not None
+        return render_template("product.html", item=item, specs=specs, reviews=reviews, wished=wished)
 
-
-@bp.route("/product/<int:product_id>")
-def product(product_id: int) -> str:
-    db = get_db()
-    item = db.execute(f"SELECT {PRODUCT_COLUMNS} FROM products p JOIN categories c ON c.id = p.category_id"
-                      " WHERE p.id=?", (product_id,)).fetchone()
-    if item is None:
-        abort(404, description=f"Product {product_id} does not exist.")
-    specs = db.execute("SELECT name, value FROM specs WHERE product_id=? ORDER BY position", (product_id,)).fetchall()
-    reviews = db.execute(
-        "SELECT r.*, u.display_name FROM reviews r JOIN users u ON u.id = r.user_id WHERE r.product_id=?"
-        " ORDER BY r.created DESC, r.id DESC", (product_id,)).fetchall()
-    user = current_user()
-    wished = user is not None and db.execute("SELECT 1 FROM wishlist WHERE user_id=? AND product_id=?",
-                                             (user["id"], product_id)).fetchone() is not None
-    return render_template("product.html", item=item, specs=specs, reviews=reviews, wished=wished)
-
-
-@bp.route("/product/<int:product_id>/reviews", methods=["POST"])
-@login_required
-def add_review(product_id: int):
-    db = get_db()
-    if db.execute("SELECT 1 FROM products WHERE id=?", (product_id,)).fetchone() is None:
-        abort(404, description=f"Product {product_id} does not exist.")
-    form = request.form
-    rating, title, body = form.get("rating", ""), form.get("title", "").strip(), form.get("body", "").strip()
-    errors = []
-    if rating not in {"1", "2", "3", "4", "5"}:
-        errors.append("Choose a rating from 1 to 5 stars.")
-    if not title:
-        errors.append("Give your review a title.")
-    if not body:
-        errors.append("Write a few words in the review text.")
-    if errors:
-        for message in errors:
-            flash(message)
-        return redirect(url_for("catalog.product", product_id=product_id, _anchor="write-review"))
-    db.execute("INSERT INTO reviews (product_id, user_id, rating, title, body, created) VALUES (?,?,?,?,?,?)",
-               (product_id, current_user()["id"], int(rating), title, body, dt.date.today().isoformat()))
-    db.commit()
-    flash("Thank you! Your review was posted.")
-    return redirect(url_for("catalog.product", product_id=product_id, _anchor="reviews"))
+    @app.route("/product/<int:product_id>/reviews", methods=["POST"])
+    @login_required
+    def add_review(product_id: int):
+        db = get_db()
+        if db.execute("SELECT 1 FROM products WHERE id=?", (product_id,)).fetchone() is None:
+            abort(404, description=f"Product {product_id} does not exist.")
+        form = request.form
+        rating, title, body = form.get("rating", ""), form.get("title", "").strip(), form.get("body", "").strip()
+        errors = []
+        if rating not in {"1", "2", "3", "4", "5"}:
+            errors.append("Choose a rating from 1 to 5 stars.")
+        if not title:
+            errors.append("Give your review a title.")
+        if not body:
+            errors.append("Write a few words in the review text.")
+        if errors:
+            for message in errors:
+                flash(message)
+            return redirect(url_for("product", product_id=product_id, _anchor="write-review"))
+        db.execute("INSERT INTO reviews (product_id, user_id, rating, title, body, created) VALUES (?,?,?,?,?,?)",
+                   (product_id, current_user()["id"], int(rating), title, body, dt.date.today().isoformat()))
+        db.commit()
+        flash("Thank you! Your review was posted.")
+        return redirect(url_for("product", product_id=product_id, _anchor="reviews"))

@@ -31,12 +31,12 @@ def _login_next() -> str:
     return (request.full_path if request.method == "GET" else request.path).rstrip("?")
 
 
-login_required = webapp.login_guard(current_user, "account.login", _login_next)
+login_required = webapp.login_guard(current_user, "login", _login_next)
 
 
 def safe_next(target: str | None) -> str:
     """Only same-site relative paths are followed after login (no open redirect)."""
-    return webapp.safe_next(target, url_for("catalog.home"))
+    return webapp.safe_next(target, url_for("home"))
 
 
 def money(cents: int) -> str:

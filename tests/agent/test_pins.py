@@ -9,21 +9,28 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agent.model_policy import ModelPolicy
+from agent.model_policy import ModelAgent
 from agent.observation import Observation
 from confkv.policies import PRESETS, get_policy
 from confkv.testing import tiny_model
 from tests.agent.tiny_chat import tiny_chat_tokenizer
 
-SMALL = {"n_low": "24", "n_high": "48", "budget": "48", "prefill_chunk": "64", "protect": "8", "int8_after": "16"}
-
-
 def _small_policy(name: str):
-    overrides = {k: v for k, v in SMALL.items() if k in PRESETS[name] or k == "prefill_chunk"}
+    """The preset with a budget of 24-48 tokens, 64-token prefill chunks and small protected/FP windows."""
+    base = PRESETS[name]
+    overrides = {"prefill_chunk": "64"}
+    if base.gate.gated:
+        overrides.update(n_low="24", n_high="48")
+    elif base.gate.budget is not None:
+        overrides["budget"] = "48"
+    if base.protection.protect:
+        overrides["protect"] = "8"
+    if base.storage.int8_after:
+        overrides["int8_after"] = "16"
     return get_policy(name, overrides)
 
 
-def _kept(policy: ModelPolicy) -> list[set[int]]:
+def _kept(policy: ModelAgent) -> list[set[int]]:
     """Per layer, the positions every KV head (of batch row 0) still holds."""
     out = []
     for layer in policy.session.cache.layers:
@@ -43,7 +50,7 @@ def tiny():
 def test_system_prompt_and_current_turn_are_kept_under_every_policy(tiny, name):
     model, tok = tiny
     kv = _small_policy(name)
-    agent = ModelPolicy(model, tok, kv, max_action_tokens=6, model_name="tiny")
+    agent = ModelAgent(model, tok, kv, max_action_tokens=6, model_name="tiny")
     agent.begin("find the cheapest lamp")
     system = agent.system_tokens
     assert system > kv.prefill_chunk and (kv.schedule() is None or system > kv.schedule().budget(None))

@@ -9,7 +9,7 @@ import pytest
 
 from agent.batch import AgentSettings, run_batch
 from agent.episode import run_episode
-from agent.model_policy import ModelPolicy, ScriptedPolicy
+from agent.model_policy import ModelAgent, ScriptedAgent
 from envs.taskspec import load_task
 from traces.store import TraceStore
 
@@ -38,7 +38,7 @@ def mug_task():
 
 def _run(task, actions, sites, store, max_steps=30):
     run_id = store.start_run("scripted", "scripted", {"test": True})
-    return run_episode(task, ScriptedPolicy(actions), sites, store, run_id, max_steps=max_steps)
+    return run_episode(task, ScriptedAgent(actions), sites, store, run_id, max_steps=max_steps)
 
 
 def test_reference_solution_succeeds_and_every_step_is_recorded(mug_task, sites, store):
@@ -87,7 +87,7 @@ def test_tiny_model_drives_an_episode_through_one_live_cache(mug_task, sites, st
 
     model, _ = tiny_model("qwen2", max_position_embeddings=32768)
     tok = tiny_chat_tokenizer()
-    policy = ModelPolicy(model, tok, get_policy("confkv", {"n_low": "200", "n_high": "400", "prefill_chunk": "256"}),
+    policy = ModelAgent(model, tok, get_policy("confkv", {"n_low": "200", "n_high": "400", "prefill_chunk": "256"}),
                          max_action_tokens=24, model_name="tiny")  # fmt: skip
     run_id = store.start_run("tiny", "confkv", policy.kv_policy)
     # the policy's session is closed at the end of the episode: keep a handle to check it
@@ -142,7 +142,7 @@ def test_interrupted_batch_resumes_with_only_the_missing_episodes(tmp_path):
     assert summary.policies["scripted"].episodes == 2 and summary.policies["scripted"].success_rate == 1.0
 
 
-class _BrokenModel(ScriptedPolicy):
+class _BrokenModel(ScriptedAgent):
     def act(self, observation, last_result):
         if self.position == 1:
             raise RuntimeError("model blew up")

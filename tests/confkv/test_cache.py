@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from confkv import ConfKVCache, ConfKVSession, get_policy
+from confkv import ConfKVCache, ConfKVSession, attach, get_policy
 from confkv.policies import PRESETS
 from confkv.testing import tiny_model
 from tests.confkv.oracle import oracle_logits
@@ -25,11 +25,11 @@ def small_policy(name: str, budget: int, **extra: str) -> object:
     """A preset shrunk to tiny-model sizes (same ranker, gate and storage as the preset)."""
     over = dict(SMALL)
     preset = PRESETS[name]
-    if preset.get("gated"):
+    if preset.gated:
         over.update(n_low=str(budget), n_high=str(budget + 8), tau="0.3")
     elif name != "full":
         over["budget"] = str(budget)
-    if preset.get("int8_after"):
+    if preset.int8_after:
         over["int8_after"] = "4"
     if name == "h2o":
         over["protect"] = str(budget // 2)
@@ -42,8 +42,8 @@ def run_session(model, ids: torch.Tensor, policy, prefill: int) -> tuple[ConfKVS
     session = ConfKVSession(model, policy, record_evictions=True)
     logits = [session.append(ids[:, :prefill])]
     for t in range(prefill, ids.shape[1] - 1):
-        in_force = session.cache.layer_budgets or []  # the budget decided before this step applies to it
         logits.append(session.step(int(ids[0, t])))
+        in_force = session.cache.layer_budgets or []  # decided from this step's logits, applied right after it
         for layer, budget in zip(session.cache.layers, in_force, strict=False):
             assert layer.physical_length <= budget, "physical length exceeds the layer budget"
     return session, torch.stack(logits, dim=1)
@@ -104,7 +104,8 @@ def test_generate_with_cache_matches_plain_generate(arch: str) -> None:
     with torch.no_grad():
         plain = model.generate(ids, max_new_tokens=12, do_sample=False)
         cache = ConfKVCache(model, get_policy("full"))
-        ours = model.generate(ids, max_new_tokens=12, do_sample=False, cache=cache)
+        with attach(model, cache):
+            ours = model.generate(ids, max_new_tokens=12, do_sample=False, cache=cache)
     assert torch.equal(plain, ours)
 
 
@@ -113,7 +114,7 @@ def test_generate_with_gated_policy_evicts_and_tracks_confidence() -> None:
     ids = torch.randint(0, vocab, (1, 30), generator=torch.Generator().manual_seed(5))
     cache = ConfKVCache(model, small_policy("confkv", budget=12))
     proc = cache.confidence_processor()
-    with torch.no_grad():
+    with torch.no_grad(), attach(model, cache):
         out = model.generate(ids, max_new_tokens=20, do_sample=False, cache=cache, logits_processor=[proc])
     assert out.shape[1] == 50
     assert len(proc.history) == 20 and all(0.0 <= c <= 1.0 for c in proc.history)
@@ -166,7 +167,7 @@ def test_batch_of_two_unpadded_rows_evicts_per_row_and_matches_the_oracle(arch: 
     ids = torch.randint(0, vocab, (2, 48), generator=torch.Generator().manual_seed(8))
     cache = ConfKVCache(model, small_policy("confkv", budget=12, int8_after="none"), record_evictions=True)
     logits = []
-    with torch.no_grad():
+    with torch.no_grad(), attach(model, cache):
         logits.append(model(ids[:, :20], cache=cache).logits[:, -1])
         for t in range(20, 48):
             logits.append(model(ids[:, t : t + 1], cache=cache).logits[:, -1])

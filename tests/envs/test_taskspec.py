@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.actions import parse_action
 from envs.evaluators import evaluate
 from envs.taskspec import (
     TaskSpecError,
@@ -47,7 +48,7 @@ def write(tmp_path: Path, text: str, name: str = "shopping_003.yaml") -> Path:
 
 def errors_of(path: Path) -> list[str]:
     with pytest.raises(TaskSpecError) as info:
-        load_task(path)
+        load_task(path, parse_step=parse_action)  # the runner's grammar: envs itself does not know it
     return info.value.errors
 
 

@@ -1,0 +1,263 @@
+"""`KVPolicy`: one object that decides what a Conf-KV cache keeps, composed of small frozen parts.
+
+    policy = KVPolicy("mine", gate=Gate(gated=True), ranking=RankerSpec("h2o"), protection=Protection(sinks=4))
+
+A policy is gate x ranker x protection x storage (kvpress-style: small dataclasses, built instances in a registry,
+see `confkv.policies`). It owns every decision of one eviction step: the budget (confidence -> tokens per layer),
+the per-KV-head mass (GQA reduction), the ranking, and protection (sinks, the recent window, pinned spans).
+Storage (`confkv.layer`, `confkv.slots`) only appends, removes and quantizes the slots it is told to; attention
+(`confkv.attention`) only computes outputs and per-key mass. `ConfKVCache.end_forward` calls `KVPolicy.apply` for
+every layer once per forward, after the last layer, with the budget decided from that forward's logits.
+
+Override keys (`--set key=value`) are the field names of the parts; they form one flat namespace, so
+`policy.n_low` reads `policy.gate.n_low`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from confkv.budget import FixedBudget, GatedBudget, pyramid_budgets
+from confkv.confidence import DEFAULT_WEIGHTS, confidence
+from confkv.rankers import RANKERS, EMARanker, RandomRanker, Ranker
+
+if TYPE_CHECKING:
+    from confkv.layer import ConfKVLayer
+
+# Confidence of a multi-token forward: the mean over its last positions (the session computes logits for these only,
+# which keeps a 150k-vocabulary head cheap); with a batch, the least confident row decides (one budget per layer,
+# and the uncertain sequence is the one that needs context).
+CONFIDENCE_POSITIONS = 64
+Spans = list[tuple[int, int | None]]
+
+
+class PolicyError(ValueError):
+    """An unknown policy name, override key or bad value."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """How many tokens a layer keeps: `budget` (fixed) or the confidence gate `n_low`/`n_high`/`tau`; split over
+    layers flat or PyramidKV-style (deeper layers smaller, mean = the global budget). None budget = keep all."""
+
+    budget: int | None = None
+    gated: bool = False
+    n_low: int = 256
+    n_high: int = 512
+    tau: float = 0.5
+    pyramid: bool = False
+    pyramid_spread: float = 0.5
+    confidence_weights: tuple[float, float, float] = DEFAULT_WEIGHTS
+    confidence_rescale: bool = False
+
+    def schedule(self) -> FixedBudget | GatedBudget | None:
+        if self.gated:
+            return GatedBudget(self.n_low, self.n_high, self.tau)
+        return FixedBudget(self.budget) if self.budget is not None else None
+
+
+@dataclass(frozen=True)
+class RankerSpec:
+    """Which ranker (a name in `confkv.rankers.RANKERS`) and its parameters."""
+
+    ranker: str = "ema"
+    alpha: float = 0.5
+    ema_decay: float = 0.9
+    seed: int = 0
+
+    def build(self) -> Ranker:
+        """A fresh ranker (rankers may hold state, e.g. a seeded generator: one per cache layer)."""
+        if self.ranker not in RANKERS:
+            raise PolicyError(f"unknown ranker {self.ranker!r}; known: {', '.join(RANKERS)}")
+        cls = RANKERS[self.ranker]
+        if issubclass(cls, EMARanker):
+            return cls(alpha=1.0 if self.ranker == "attention" else self.alpha, decay=self.ema_decay)
+        if issubclass(cls, RandomRanker):
+            return cls(seed=self.seed)
+        return cls()
+
+
+@dataclass(frozen=True)
+class Protection:
+    """Never evicted: the first `sinks` positions and the `protect` most recent ones (plus pins, set at run time)."""
+
+    sinks: int = 4
+    protect: int = 64
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Tokens older than the `int8_after` most recent ones are INT8 (None = model dtype throughout); long inputs are
+    prefilled in chunks of `prefill_chunk` with eviction after each (bounds the prefill peak)."""
+
+    int8_after: int | None = None
+    prefill_chunk: int = 512
+
+
+_PARTS = {"gate": Gate, "ranking": RankerSpec, "protection": Protection, "storage": Storage}
+_KEYS = {f.name: (part, f) for part, kind in _PARTS.items() for f in fields(kind)}
+if len(_KEYS) != sum(len(fields(kind)) for kind in _PARTS.values()):
+    raise TypeError("policy part fields must be unique: they are the flat `--set` keys")
+
+
+@dataclass(frozen=True)
+class KVPolicy:
+    """What a cache keeps: gate x ranking x protection x storage, plus the decisions of one eviction step."""
+
+    name: str = "full"
+    gate: Gate = field(default_factory=Gate)
+    ranking: RankerSpec = field(default_factory=RankerSpec)
+    protection: Protection = field(default_factory=Protection)
+    storage: Storage = field(default_factory=Storage)
+
+    # -- the flat namespace of override keys ---------------------------------------------------------------------
+    @staticmethod
+    def keys() -> dict[str, tuple[str, dataclasses.Field]]:
+        """Override key -> (part, field)."""
+        return _KEYS
+
+    def __getattr__(self, key: str) -> Any:  # only called when normal lookup fails: policy.n_low -> gate.n_low
+        part = _KEYS.get(key)
+        if part is None:
+            raise AttributeError(key)
+        return getattr(object.__getattribute__(self, part[0]), key)
+
+    def with_values(self, **values: Any) -> KVPolicy:
+        """A copy with flat keys changed (`with_values(n_low=128, ranker="h2o")`); validated."""
+        keys, changes = KVPolicy.keys(), {}
+        for key, value in values.items():
+            if key not in keys:
+                raise PolicyError(f"unknown policy key {key!r}; known: {', '.join(sorted(keys))}")
+            changes.setdefault(keys[key][0], {})[key] = value
+        parts = {p: dataclasses.replace(getattr(self, p), **kv) for p, kv in changes.items()}
+        return dataclasses.replace(self, **parts).validate()
+
+    def to_dict(self) -> dict:
+        """Flat settings (what traces store): the name and every override key."""
+        return {"name": self.name, **{k: getattr(self, k) for k in KVPolicy.keys()}}
+
+    # -- derived settings ----------------------------------------------------------------------------------------
+    @property
+    def evicts(self) -> bool:
+        return self.gate.gated or self.gate.budget is not None
+
+    @property
+    def protected(self) -> int:
+        """Recent tokens never evicted (the model-dtype window counts as protected when INT8 is on)."""
+        return max(self.protection.protect, self.storage.int8_after or 0)
+
+    @property
+    def min_layer_budget(self) -> int:
+        return self.protection.sinks + self.protected + 1
+
+    @property
+    def wants_mass(self) -> bool:
+        """Attention must return per-key mass (else it may take the fused sdpa path)."""
+        return self.evicts and self.ranking.build().uses_attention
+
+    def schedule(self) -> FixedBudget | GatedBudget | None:
+        return self.gate.schedule()
+
+    def make_ranker(self) -> Ranker:
+        return self.ranking.build()
+
+    def validate(self) -> KVPolicy:
+        gate = self.gate
+        lows = [b for b in (gate.budget,) if b is not None]
+        if gate.gated:
+            lows += [gate.n_low, gate.n_high]
+            if not 0.0 <= gate.tau <= 1.0:
+                raise PolicyError(f"tau must be in [0, 1], got {gate.tau}")
+        for b in lows:
+            if b < self.min_layer_budget:  # the pyramid floors every layer at the same minimum
+                raise PolicyError(
+                    f"policy {self.name!r}: budget {b} leaves no room to evict: it must be >= "
+                    f"sinks ({self.protection.sinks}) + protected window ({self.protected}) + 1"
+                )
+        if self.storage.int8_after is not None and self.storage.int8_after < 1:
+            raise PolicyError("int8_after must be >= 1 (or None to disable INT8)")
+        if self.storage.prefill_chunk < 1:
+            raise PolicyError("prefill_chunk must be >= 1")
+        self.ranking.build()
+        return self
+
+    # -- decisions -----------------------------------------------------------------------------------------------
+    def confidence(self, logits: torch.Tensor) -> torch.Tensor:
+        """One forward's confidence (0-dim tensor) from its logits `[B, L, V]`: mean over the last
+        `CONFIDENCE_POSITIONS` positions, then the least confident row."""
+        tail = logits[:, -CONFIDENCE_POSITIONS:]
+        per_pos = confidence(tail, self.gate.confidence_weights, self.gate.confidence_rescale)
+        return per_pos.mean(dim=-1).min()
+
+    def layer_budgets(self, global_budget: int, n_layers: int) -> list[int]:
+        """Budget of each layer for one global budget."""
+        if not self.gate.pyramid:
+            return [global_budget] * n_layers
+        return pyramid_budgets(global_budget, n_layers, self.gate.pyramid_spread, minimum=self.min_layer_budget)
+
+    @staticmethod
+    def kv_head_mass(mass: torch.Tensor, h_kv: int) -> torch.Tensor:
+        """A KV head's mass `[B, H_kv, T]` from per-query-head mass `[B, H_q, T]`: the mean over its GQA group."""
+        b, hq, t = mass.shape
+        return mass.view(b, h_kv, hq // h_kv, t).mean(dim=2)
+
+    def protected_mask(self, pos: torch.Tensor, now: int, pins: Spans) -> torch.Tensor:
+        """True where a slot may not be evicted: sinks, the recent window, pinned spans."""
+        return (pos < self.protection.sinks) | (pos > now - self.protected) | pinned_mask(pos, pins)
+
+    def apply(self, layer: ConfKVLayer, ranker: Ranker, budget: int | None, pins: Spans) -> None:
+        """One layer's eviction step after a forward: seed and fold the ranker's accumulators, quantize what fell out
+        of the model-dtype window, evict down to `budget` (+ pinned tokens, which sit outside it), shrink storage."""
+        new = layer.new_tokens
+        if new:
+            old = layer.acc_before_new()
+            layer.fp.view("acc")[:, :, -new:] = ranker.initial(old, new, layer.fp.view("acc")[:, :, -new:])
+        mass = layer.take_mass()
+        if mass is not None:
+            mass = self.kv_head_mass(mass, layer.n_kv_heads)
+            n_q8 = layer.q8.n
+            if n_q8:
+                ranker.accumulate(layer.q8.view("acc"), mass[:, :, :n_q8])
+            ranker.accumulate(layer.fp.view("acc"), mass[:, :, n_q8:])
+        window = self.storage.int8_after
+        if window is not None and layer.fp.n > window:
+            layer.quantize_oldest(layer.fp.n - window, capacity=None if budget is None else budget + 1)
+        if budget is None:
+            return
+        self._evict(layer, ranker, budget, pins)
+        # Keep room for the next decode token; free the rest (e.g. after the gate dropped n_high -> n_low).
+        layer.fit(fp_slots=(window or budget) + 1, q8_slots=max(budget - layer.fp.n, 0) + 1)
+
+    def _evict(self, layer: ConfKVLayer, ranker: Ranker, budget: int, pins: Spans) -> None:
+        n_pinned = 0
+        if pins:  # pinned positions are shared by all heads: count them on one head
+            n_pinned = int(sum(pinned_mask(s.view("pos")[:1, :1], pins).sum() for s in (layer.q8, layer.fp) if s.n))
+        excess = layer.physical_length - budget - n_pinned
+        if excess <= 0:
+            return
+        store = layer.q8 if self.storage.int8_after is not None else layer.fp
+        now = layer.seen - 1
+        pos = store.view("pos")
+        protected = self.protected_mask(pos, now, pins)
+        scores = ranker.rank(store.view("acc"), pos, now).float().masked_fill(protected, float("inf"))
+        evictable = int((~protected).sum(dim=-1).min())
+        if evictable < excess:
+            raise RuntimeError(
+                f"layer {layer.layer_idx}: must evict {excess} tokens but only {evictable} are evictable "
+                f"(budget {budget}, sinks {self.protection.sinks}, protected {self.protected})"
+            )
+        layer.evict(store, scores.topk(excess, dim=-1, largest=False).indices)
+
+
+def pinned_mask(pos: torch.Tensor, pins: Spans) -> torch.Tensor:
+    mask = torch.zeros_like(pos, dtype=torch.bool)
+    for start, end in pins:
+        span = pos >= start
+        if end is not None:
+            span &= pos < end
+        mask |= span
+    return mask
