@@ -15,6 +15,7 @@ from confkv.policies import PRESETS, get_policy
 from confkv.testing import tiny_model
 from tests.agent.tiny_chat import tiny_chat_tokenizer
 
+
 def _small_policy(name: str):
     """The preset with a budget of 24-48 tokens, 64-token prefill chunks and small protected/FP windows."""
     base = PRESETS[name]
