@@ -187,7 +187,7 @@ def register(app: typer.Typer) -> None:
         from envs.taskspec import TaskSpecError, load_tasks
         from traces.summary import summary_table
 
-        names = [p.strip() for p in policies.split(",") if p.strip()]
+        names = list(dict.fromkeys(p.strip() for p in policies.split(",") if p.strip()))  # scripted,scripted: once
         parsed = _validate(names, overrides, model)
         try:
             selected = load_tasks(tasks or [TASKS_DIR])
@@ -208,7 +208,8 @@ def register(app: typer.Typer) -> None:
             console.print(f"{len(plan.pending)} episodes to run, {plan.skipped} already finished (resumed)")
 
         def on_episode(result: dict[str, Any]) -> None:
-            mark = "ok" if result["success"] else ("ERROR" if result["status"] == "error" else "fail")
+            marks = {"error": "ERROR", "skipped": "taken by another eval"}
+            mark = "ok" if result["success"] else marks.get(result["status"], "fail")
             progress.update(bar, advance=1, description=f"task {result['task_id']} {result['policy']}: {mark}")
 
         with progress:

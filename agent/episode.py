@@ -132,14 +132,17 @@ def run_episode(
     headed: bool = False,
     screenshots_dir: str | Path | None = None,
     on_step: Callable[[StepEvent], None] | None = None,
+    episode_id: int | None = None,
 ) -> EpisodeResult:
-    """Run `task` with `policy` against running `sites` (`envs.server.Sites`) and record it under `run_id`."""
+    """Run `task` with `policy` against running `sites` (`envs.server.Sites`) and record it under `run_id`
+    (as `episode_id` when the caller already claimed one with `TraceStore.claim_episode`)."""
     from agent.browser import BrowserSession
     from agent.executor import execute
     from agent.observation import observe
     from envs.evaluators import evaluate
 
-    episode_id = store.start_episode(run_id, str(task.task_id), policy=policy.name)
+    if episode_id is None:
+        episode_id = store.start_episode(run_id, str(task.task_id), policy=policy.name)
     started = time.monotonic()
     peaks = _PeakMemory()
     out = EpisodeResult(episode_id, task.task_id, policy.name, "error", False, 0.0, "")
@@ -206,14 +209,17 @@ def run_episode(
                     break
             evaluation = evaluate(task, out.answer, session.active_page, urls)
         fields = memory_fields()
+        store.add_blocked(episode_id, session.blocked)
         store.finish_episode(episode_id, success=evaluation.passed, score=evaluation.score,
                              eval_reason=evaluation.reason, **fields)
         out.status, out.success, out.score, out.reason = "done", evaluation.passed, evaluation.score, evaluation.reason
     except KeyboardInterrupt:
+        store.add_blocked(episode_id, session.blocked)
         store.fail_episode(episode_id, "interrupted (Ctrl-C)", **memory_fields())
         raise
     except Exception as exc:  # browser crash, model error, evaluator failure: record it, keep the batch going
         fields = memory_fields()
+        store.add_blocked(episode_id, session.blocked)
         store.fail_episode(episode_id, exc, **fields)
         out.reason = f"{type(exc).__name__}: {exc}"
     finally:
