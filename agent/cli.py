@@ -43,12 +43,14 @@ for _name in _COMMAND_MODULES:
 INTERRUPTED = "interrupted; rerun the same command to resume (finished episodes are kept)"
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread so cleanup runs as for Ctrl-C."""
+_SIGNALLED: dict[str, int] = {}
 
 
-def _on_sigterm(_signum: int, _frame: object) -> None:
-    raise _Terminated()
+def _on_signal(signum: int, _frame: object) -> None:
+    """Ctrl-C and SIGTERM both unwind as KeyboardInterrupt (so `finally` blocks and episode bookkeeping run);
+    which one it was decides the exit code."""
+    _SIGNALLED["signal"] = signum
+    raise KeyboardInterrupt()
 
 
 def one_line(exc: BaseException) -> str:
@@ -63,18 +65,13 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("CONFKV_DEBUG") == "1"
     args = [a for a in args if a != "--debug"]
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _on_sigterm)
+    for sig, usual in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
+        if signal.getsignal(sig) is usual:  # an ignored signal (nohup, background job) stays ignored
+            signal.signal(sig, _on_signal)
     try:
         code = app(args=args, prog_name="confkv-agent", standalone_mode=False)
-    except typer.Abort as exc:  # click turns KeyboardInterrupt into Abort
-        terminated = isinstance(exc.__context__, _Terminated)
-        print(f"\n{'terminated' if terminated else 'interrupted'}{INTERRUPTED[11:]}", file=sys.stderr)
-        raise SystemExit(143 if terminated else 130) from None
-    except KeyboardInterrupt as exc:
-        print(f"\n{'terminated' if isinstance(exc, _Terminated) else 'interrupted'}{INTERRUPTED[11:]}",
-              file=sys.stderr)
-        raise SystemExit(143 if isinstance(exc, _Terminated) else 130) from None
+    except (typer.Abort, KeyboardInterrupt):
+        code = 130
     except typer.TyperException as exc:  # usage errors: click's own message and exit code
         if not hasattr(exc, "show"):
             raise
@@ -88,6 +85,10 @@ def main(argv: list[str] | None = None) -> None:
         hint = "the database is damaged or not SQLite: " if isinstance(exc, sqlite3.DatabaseError) else ""
         print(f"error: {hint}{one_line(exc)} (--debug shows the traceback)", file=sys.stderr)
         raise SystemExit(1) from None
+    if code == 130:  # typer turns KeyboardInterrupt into exit code 130
+        terminated = _SIGNALLED.get("signal") == signal.SIGTERM
+        print(f"\n{'terminated' if terminated else 'interrupted'}{INTERRUPTED[11:]}", file=sys.stderr)
+        raise SystemExit(143 if terminated else 130)
     raise SystemExit(code if isinstance(code, int) else 0)
 
 

@@ -3,7 +3,6 @@ crashes (the old store closed the other's live episode as an error and the first
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +20,7 @@ def test_two_eval_processes_run_every_episode_exactly_once(tmp_path):
     db = tmp_path / "shared.sqlite"
     TraceStore(db).close()
     cmd = [sys.executable, "-m", "agent.cli", "eval", *map(str, TASKS), "--policies", "scripted", "--db", str(db)]
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]  # fmt: skip
     outputs = [p.communicate(timeout=400) for p in procs]
     for p, (_out, err) in zip(procs, outputs, strict=True):
