@@ -189,3 +189,23 @@ def test_guard_proxy_refuses_without_connecting_upstream(listener: Listener) -> 
     finally:
         proxy.close()
         site.close()
+
+
+def test_an_episodes_blocks_land_in_the_trace_db(listener: Listener, tmp_path) -> None:
+    from pathlib import Path
+
+    from agent.episode import run_episode
+    from agent.model_policy import ScriptedPolicy
+    from envs.server import Sites
+    from envs.taskspec import load_task
+    from traces.store import TraceStore
+
+    task = load_task(Path(__file__).resolve().parents[2] / "tasks" / "shopping_001.yaml")
+    foreign = f"http://127.0.0.1:{listener.port}/steal?x=1"
+    with Sites(["shopping"]) as sites, TraceStore(tmp_path / "t.sqlite") as store:
+        run_id = store.start_run("scripted", "scripted", {"test": True})
+        result = run_episode(task, ScriptedPolicy([f"goto [{foreign}]", "stop [x]"]), sites, store, run_id)
+        stored = store.blocked(result.episode_id)
+    assert result.status == "done" and foreign in result.blocked
+    assert stored == result.blocked  # every block, in order, under the episode's id
+    assert listener.hits == []
