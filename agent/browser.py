@@ -4,6 +4,11 @@ Why this module exists: an agent episode must only reach the task's own sites (c
 processes behind whatever happens (success, exception, Ctrl-C, crash), and must know which tab the agent is looking
 at. Everything else (observations, actions) builds on `BrowserSession`.
 
+Confinement has two layers. The route handler refuses foreign requests the page's fetch machinery makes, with their
+URL (what the agent and the trace see). Underneath, Chromium's only way out is `agent.netguard.GuardProxy`, which
+connects nowhere but the task's host:port pairs: WebRTC, preconnects, redirects and Chromium's own background calls,
+which the route handler never sees, end there.
+
 Playwright's sync API allows one driver per thread, so sessions opened in the same thread share one driver
 (reference-counted) and each launches its own Chromium; run parallel episodes in separate threads or processes.
 """

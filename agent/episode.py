@@ -215,7 +215,7 @@ def run_episode(
         out.status, out.success, out.score, out.reason = "done", evaluation.passed, evaluation.score, evaluation.reason
     except KeyboardInterrupt:
         store.add_blocked(episode_id, session.blocked)
-        store.fail_episode(episode_id, "interrupted (Ctrl-C)", **memory_fields())
+        store.fail_episode(episode_id, "interrupted (Ctrl-C or SIGTERM)", **memory_fields())
         raise
     except Exception as exc:  # browser crash, model error, evaluator failure: record it, keep the batch going
         fields = memory_fields()
