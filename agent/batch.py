@@ -8,6 +8,11 @@ Workers: `--workers N` starts N spawned processes; each loads the model once, se
 (its own live databases, so resets do not race) and writes through its own `TraceStore` handle (the store
 serializes writers). With one worker everything runs in this process.
 
+Cooperation: every episode is claimed atomically (`TraceStore.claim_episode`) right before it runs, under a lease
+that a `LeaseKeeper` thread keeps fresh, so two `eval` commands on one database split the pending work: a task that
+another live process holds, or has finished meanwhile, is skipped (reported with status "skipped"); one whose owner
+died is taken over.
+
 The policy name `scripted` replays each task's reference solution instead of a model: a cheap end-to-end check of
 the browser, the sites, the evaluators and the traces (model name recorded as `scripted`).
 """
@@ -91,11 +96,13 @@ class Worker:
 
     def __init__(self, db: str | Path, settings: AgentSettings, site_names: Sequence[str]) -> None:
         from envs.server import Sites
+        from traces.leases import LeaseKeeper
         from traces.store import TraceStore
 
         self.settings = settings
         self.store = TraceStore(db)
         self.sites = Sites(site_names)
+        self.lease = LeaseKeeper(db, self.store.owner)
         self._model: tuple[Any, Any] | None = None
 
     def agent(self, policy: str, task: Task) -> Agent:
@@ -118,7 +125,15 @@ class Worker:
         return run_episode(task, self.agent(policy, task), self.sites, self.store, run_id,
                            max_steps=self.settings.max_steps, **kw)  # fmt: skip
 
+    def run_claimed(self, task: Task, policy: str, run_id: int) -> dict[str, Any]:
+        """Claim the episode, run it; a task another process holds or finished comes back as status 'skipped'."""
+        episode_id = self.store.claim_episode(run_id, str(task.task_id), policy)
+        if episode_id is None:
+            return {"task_id": task.task_id, "policy": policy, "status": "skipped", "success": False}
+        return asdict(self.run(task, policy, run_id, episode_id=episode_id))
+
     def close(self) -> None:
+        self.lease.close()
         self.sites.stop()
         self.store.close()
 
@@ -133,7 +148,7 @@ def _init_worker(db: str, settings: AgentSettings, site_names: list[str]) -> Non
 
 def _run_in_worker(task: Task, policy: str, run_id: int) -> dict[str, Any]:
     assert _WORKER is not None
-    return asdict(_WORKER.run(task, policy, run_id))
+    return _WORKER.run_claimed(task, policy, run_id)
 
 
 @dataclass
@@ -186,9 +201,9 @@ def run_batch(
             worker = Worker(db, settings, site_names)
             try:
                 for task, policy in the_plan.pending:
-                    result = worker.run(task, policy, the_plan.run_ids[policy])
+                    result = worker.run_claimed(task, policy, the_plan.run_ids[policy])
                     if on_episode is not None:
-                        on_episode(asdict(result))
+                        on_episode(result)
             finally:
                 worker.close()
         else:

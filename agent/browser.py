@@ -4,6 +4,11 @@ Why this module exists: an agent episode must only reach the task's own sites (c
 processes behind whatever happens (success, exception, Ctrl-C, crash), and must know which tab the agent is looking
 at. Everything else (observations, actions) builds on `BrowserSession`.
 
+Confinement has two layers. The route handler refuses foreign requests the page's fetch machinery makes, with their
+URL (what the agent and the trace see). Underneath, Chromium's only way out is `agent.netguard.GuardProxy`, which
+connects nowhere but the task's host:port pairs: WebRTC, preconnects, redirects and Chromium's own background calls,
+which the route handler never sees, end there.
+
 Playwright's sync API allows one driver per thread, so sessions opened in the same thread share one driver
 (reference-counted) and each launches its own Chromium; run parallel episodes in separate threads or processes.
 """
@@ -19,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from agent import procs
+from agent.netguard import GuardProxy
 
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, CDPSession, Page, Request, Route
@@ -33,7 +39,18 @@ CHROMIUM_ARGS = (
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
+    # confinement (see agent.netguard): every connection goes through our proxy, loopback included; WebRTC may not
+    # send UDP and its TCP goes through the proxy too; no DNS prefetch
+    "--proxy-bypass-list=<-loopback>",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--dns-prefetch-disable",
+    "--disable-features=NetworkPrediction,Prefetch,PreloadMediaEngagementData,DnsOverHttps",
 )
+# Pages get no WebRTC at all: the proxy would refuse it anyway, this keeps it from trying.
+_NO_WEBRTC = """(() => { for (const name of ["RTCPeerConnection", "webkitRTCPeerConnection", "RTCDataChannel",
+  "RTCIceCandidate", "RTCSessionDescription"]) { try { delete window[name]; } catch (e) {}
+  try { Object.defineProperty(window, name, {value: undefined, configurable: false}); } catch (e) {} } })();"""
 # Schemes that never leave the machine and that pages legitimately use.
 _LOCAL_SCHEMES = {"about", "data", "blob"}
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
@@ -78,6 +95,14 @@ class OriginPolicy:
     def __init__(self, allowed_origins: Iterable[str], allow_file: bool = False) -> None:
         self.origins = {normalize_origin(o) for o in allowed_origins}
         self.allow_file = allow_file
+
+    def host_ports(self) -> set[tuple[str, int]]:
+        """(host, port) pairs the guard proxy may connect to: exactly the allowed origins."""
+        out = set()
+        for origin in self.origins:
+            parts = urlsplit(origin)
+            out.add((parts.hostname or "", int(parts.port or 0)))
+        return out
 
     def allows(self, url: str) -> bool:
         scheme = urlsplit(url).scheme.lower()
@@ -129,6 +154,7 @@ class BrowserSession:
         self._root_pids: set[int] = set()
         self._seen_pids: set[int] = set()
         self._navigating: set[int] = set()  # id() of pages whose main-frame navigation has not loaded yet
+        self._proxy: GuardProxy | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------------------------
     def __enter__(self) -> BrowserSession:
@@ -141,9 +167,11 @@ class BrowserSession:
         """Launch Chromium and open the first tab. On any failure everything started so far is torn down."""
         try:
             self._pw = _acquire_playwright()
+            self._proxy = GuardProxy(self.policy.host_ports(), self._on_proxy_block)
             before = procs.descendants(os.getpid())
             self._browser = self._pw.chromium.launch(
-                executable_path=CHROMIUM_PATH, headless=self.headless, args=[*CHROMIUM_ARGS, self.marker]
+                executable_path=CHROMIUM_PATH, headless=self.headless,
+                args=[*CHROMIUM_ARGS, f"--proxy-server={self._proxy.url}", self.marker],
             )
             self._root_pids = procs.descendants(os.getpid()) - before
             self._browser.on("disconnected", self._on_disconnected)
@@ -154,6 +182,7 @@ class BrowserSession:
                 service_workers="block",  # a service worker could fetch around our route handler
             )
             self._context.set_default_timeout(self.timeout_ms)
+            self._context.add_init_script(_NO_WEBRTC)
             self._context.route("**/*", self._route)
             self._context.route_web_socket(lambda url: True, self._route_ws)
             self._context.on("page", self._on_page)
@@ -194,10 +223,18 @@ class BrowserSession:
         ours = leftovers | self.chromium_pids()
         procs.kill_all(ours, must_contain="chrom")
         procs.wait_gone(ours)
+        if self._proxy is not None:
+            self._proxy.close()
+            self._proxy = None
         self._context = self._browser = self._pw = None
         self._active = None
 
     # ---- confinement -----------------------------------------------------------------------------------------------
+    def _on_proxy_block(self, what: str) -> None:
+        """A connection the route handler never saw (WebRTC, preconnect, ...) reached the guard proxy and was
+        refused there; recorded like any other block."""
+        self.blocked.append(f"proxy: {what}")
+
     def _route(self, route: Route, request: Request) -> None:
         url = request.url
         try:

@@ -2,11 +2,19 @@
 
 Every `cli_*` module imports heavy dependencies (torch, playwright) inside its command functions, so that
 `confkv-agent --help` and light commands such as `traces ls` start fast.
+
+`main` is the failure boundary: any error a command did not turn into a message itself becomes one line on stderr
+and exit code 1 (`--debug`, anywhere on the line, or CONFKV_DEBUG=1 shows the traceback instead); Ctrl-C is exit
+130 with a line saying how to resume, and SIGTERM unwinds the same way (exit 143), so `finally` blocks run and the
+live site folders under /tmp are removed.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import signal
+import sys
 
 import typer
 
@@ -32,8 +40,56 @@ for _name in _COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 
 
-def main() -> None:
-    app()
+INTERRUPTED = "interrupted; rerun the same command to resume (finished episodes are kept)"
+
+
+_SIGNALLED: dict[str, int] = {}
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    """Ctrl-C and SIGTERM both unwind as KeyboardInterrupt (so `finally` blocks and episode bookkeeping run);
+    which one it was decides the exit code."""
+    _SIGNALLED["signal"] = signum
+    raise KeyboardInterrupt()
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: first line of the message`, at most 300 characters."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `confkv-agent` script (see the module docstring for the failure rules)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or os.environ.get("CONFKV_DEBUG") == "1"
+    args = [a for a in args if a != "--debug"]
+    for sig, usual in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
+        if signal.getsignal(sig) is usual:  # an ignored signal (nohup, background job) stays ignored
+            signal.signal(sig, _on_signal)
+    try:
+        code = app(args=args, prog_name="confkv-agent", standalone_mode=False)
+    except (typer.Abort, KeyboardInterrupt):
+        code = 130
+    except typer.TyperException as exc:  # usage errors: click's own message and exit code
+        if not hasattr(exc, "show"):
+            raise
+        exc.show()
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
+    except Exception as exc:  # noqa: BLE001 - the one place that turns unexpected errors into a message
+        if debug:
+            raise
+        import sqlite3
+
+        hint = "the database is damaged or not SQLite: " if isinstance(exc, sqlite3.DatabaseError) else ""
+        print(f"error: {hint}{one_line(exc)} (--debug shows the traceback)", file=sys.stderr)
+        raise SystemExit(1) from None
+    if code == 130:  # typer turns KeyboardInterrupt into exit code 130
+        terminated = _SIGNALLED.get("signal") == signal.SIGTERM
+        print(f"\n{'terminated' if terminated else 'interrupted'}{INTERRUPTED[11:]}", file=sys.stderr)
+        raise SystemExit(143 if terminated else 130)
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

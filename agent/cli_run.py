@@ -36,15 +36,30 @@ def _usage_error(message: str) -> typer.Exit:
 def _check_model(name: str) -> None:
     """A registry name or an existing path; anything else is a usage error (nothing is downloaded here)."""
     from confkv.models import MODELS, get_spec
+    from confkv.models.load import check_local_model
 
-    if name in MODELS or Path(name).expanduser().exists():
+    if name in MODELS:
+        return
+    if Path(name).expanduser().exists():
+        check_local_model(Path(name).expanduser())  # a random file or an empty folder fails here, not after a run row
         return
     if "/" in name or name.endswith(".gguf") or name.startswith("."):
         raise FileNotFoundError(f"model path {name} does not exist")
     get_spec(name)  # raises UnknownModelError listing the known names
 
 
-def _validate(policies: list[str], overrides: list[str] | None, model: str) -> dict[str, str]:
+def check_db_path(db: Path) -> None:
+    """The trace database must be SQLite (or not exist yet): refuse a text file or folder before anything runs."""
+    if db.is_dir():
+        raise ValueError(f"--db {db} is a directory; pass a database file")
+    if db.is_file():
+        with db.open("rb") as f:
+            head = f.read(16)
+        if head and head != b"SQLite format 3\x00":
+            raise ValueError(f"--db {db} exists but is not an SQLite database; pass another path")
+
+
+def _validate(policies: list[str], overrides: list[str] | None, model: str, db: Path | None = None) -> dict[str, str]:
     from agent.batch import SCRIPTED, check_policy_names
     from confkv.models import UnknownModelError
     from confkv.policies import PolicyError, parse_overrides
@@ -54,7 +69,9 @@ def _validate(policies: list[str], overrides: list[str] | None, model: str) -> d
         check_policy_names(policies, parsed)
         if any(p != SCRIPTED for p in policies):
             _check_model(model)
-    except (PolicyError, UnknownModelError, FileNotFoundError, ValueError) as exc:
+        if db is not None:
+            check_db_path(db)
+    except (PolicyError, UnknownModelError, OSError, ValueError) as exc:
         raise _usage_error(str(exc)) from None
     return parsed
 
@@ -66,6 +83,10 @@ def _agent_dtype(name: str, int8: bool, policies: list[str]) -> str:
     if int8:
         return "fp32"  # dynamic INT8 Linear layers keep fp32 activations
     return checked_dtype(name, announce=any(p != SCRIPTED for p in policies))
+def clip(text: str, limit: int = 120) -> str:
+    """A display prefix of user or model text: rich lays out and highlights whole strings (quadratic in their
+    length), so megabytes of intent or answer would freeze the screen and Ctrl-C with it."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} chars)"
 
 
 def _sparkline(values: list[float]) -> str:
@@ -97,7 +118,8 @@ class LiveView:
         for col in ("step", "action", "confidence", "KV", "prefill/total tok", "s"):
             table.add_column(col, justify="right" if col in ("step", "KV", "s") else "left")
         for e, confidences in self.rows[-20:]:
-            action = escape(e.action) if e.action else f"[red]{escape(repr((e.raw_output or '')[:40]))}[/red]"
+            raw = repr((e.raw_output or "")[:40])
+            action = escape(clip(e.action, 100)) if e.action else f"[red]{escape(raw)}[/red]"
             error = e.parse_error or e.exec_error
             if error:
                 action += f" [red]({escape(error[:50])})[/red]"
@@ -108,17 +130,21 @@ class LiveView:
 
 
 def _print_result(console: Any, result: EpisodeResult) -> None:
+    from rich.markup import escape
+
     colour = "green" if result.success else ("red" if result.status == "error" else "yellow")
     console.print(f"[{colour}]task {result.task_id} ({result.policy}): "
                   f"{'SUCCESS' if result.success else 'FAILED' if result.status == 'done' else 'ERROR'}[/{colour}]"
-                  f" after {result.steps} steps in {result.wall_s:.0f} s; answer={result.answer!r}")  # fmt: skip
+                  f" after {result.steps} steps in {result.wall_s:.0f} s; answer={escape(clip(repr(result.answer)))}",
+                  highlight=False)  # fmt: skip
     console.print(f"  {result.stop_reason or ''} | {result.reason[:300]}", markup=False)
     if result.peak_kv_bytes is not None:
         ratio = result.peak_kv_bytes / result.full_kv_bytes if result.full_kv_bytes else float("nan")
         console.print(f"  peak KV {_size(result.peak_kv_bytes)} vs full {_size(result.full_kv_bytes)} "
                       f"({ratio:.2f}); peak RSS {_size(result.peak_rss_bytes)}; episode {result.episode_id}")
     if result.blocked:
-        console.print(f"  blocked requests: {', '.join(result.blocked[:5])}")
+        console.print(f"  blocked requests ({len(result.blocked)}, stored in the trace DB): "
+                      f"{', '.join(clip(b, 80) for b in result.blocked[:5])}", markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -150,7 +176,7 @@ def register(app: typer.Typer) -> None:
 
         if max_steps is None:
             max_steps = DEFAULT_TASK_MAX_STEPS if task is None else 30
-        parsed = _validate([policy], overrides, model)
+        parsed = _validate([policy], overrides, model, db)
         try:
             the_task = load_task(task or DEFAULT_TASK, parse_step=parse_action)
         except TaskSpecError as exc:
@@ -158,8 +184,9 @@ def register(app: typer.Typer) -> None:
         console = Console(stderr=True)
         settings = AgentSettings(model=model, overrides=parsed, constrained=not free, reasoning=reasoning, int8=int8,
                                  max_steps=max_steps, dtype=_agent_dtype(dtype, int8, [policy]))  # fmt: skip
-        console.print(f"task {the_task.task_id}: {the_task.intent}\npolicy {policy}, model "
-                      f"{model if policy != 'scripted' else '-'}, up to {max_steps} steps, db {db}")  # fmt: skip
+        console.print(f"task {the_task.task_id}: {clip(the_task.intent, 300)}\npolicy {policy}, model "
+                      f"{model if policy != 'scripted' else '-'}, up to {max_steps} steps, db {db}",
+                      markup=False, highlight=False)  # fmt: skip
         worker = Worker(db, settings, the_task.sites)
         try:
             run_model, config = run_config(policy, settings)
@@ -203,8 +230,8 @@ def register(app: typer.Typer) -> None:
         from envs.taskspec import TaskSpecError, load_tasks
         from traces.summary import summary_table
 
-        names = [p.strip() for p in policies.split(",") if p.strip()]
-        parsed = _validate(names, overrides, model)
+        names = list(dict.fromkeys(p.strip() for p in policies.split(",") if p.strip()))  # scripted,scripted: once
+        parsed = _validate(names, overrides, model, db)
         try:
             selected = load_tasks(tasks or [TASKS_DIR], parse_step=parse_action)
         except TaskSpecError as exc:
@@ -224,7 +251,8 @@ def register(app: typer.Typer) -> None:
             console.print(f"{len(plan.pending)} episodes to run, {plan.skipped} already finished (resumed)")
 
         def on_episode(result: dict[str, Any]) -> None:
-            mark = "ok" if result["success"] else ("ERROR" if result["status"] == "error" else "fail")
+            marks = {"error": "ERROR", "skipped": "taken by another eval"}
+            mark = "ok" if result["success"] else marks.get(result["status"], "fail")
             progress.update(bar, advance=1, description=f"task {result['task_id']} {result['policy']}: {mark}")
 
         with progress:

@@ -151,6 +151,8 @@ def replay_command(
     from traces.replay import replay
     from traces.store import TraceStoreError
 
+    if not 1 <= episode_id < 2**63:  # SQLite integers are 64-bit: a larger id cannot exist
+        raise _fail(f"no episode {episode_id} in {db} (`confkv-agent traces ls` lists them)")
     with _open(db) as store:
         try:
             replay(
@@ -177,6 +179,8 @@ def report_command(
     from traces.report import write_report
     from traces.store import TraceStoreError
 
+    if out.exists() and not out.is_dir():
+        raise _fail(f"--out {out} is an existing file; pass a directory (it is created if missing)")
     with _open(db) as store:
         try:
             paths = write_report(store, out, episode_ids=episode or None, run_ids=run or None)

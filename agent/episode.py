@@ -118,9 +118,11 @@ def run_episode(
     screenshots_dir: str | Path | None = None,
     on_step: Callable[[StepRecord, list[DecodeToken]], None] | None = None,
     browser: Any = None,
+    episode_id: int | None = None,
 ) -> EpisodeResult:
-    """Run `task` with `agent` against running `sites` (`envs.server.Sites`) and record it under `run_id`;
-    `on_step(record, tokens)` sees each step as recorded (the live view, `tasks check`).
+    """Run `task` with `agent` against running `sites` (`envs.server.Sites`) and record it under `run_id` (as
+    `episode_id` when the caller already claimed one with `TraceStore.claim_episode`); `on_step(record, tokens)`
+    sees each step as recorded (the live view, `tasks check`).
 
     `browser`: an open `BrowserSession` to reuse (not closed here; the caller clears it between episodes, e.g.
     `tasks check` runs two episodes in one Chromium); by default each episode gets its own confined browser."""
@@ -129,7 +131,8 @@ def run_episode(
     from agent.observation import observe
     from envs.evaluators import evaluate
 
-    episode_id = store.start_episode(run_id, str(task.task_id), policy=agent.name)
+    if episode_id is None:
+        episode_id = store.start_episode(run_id, str(task.task_id), policy=agent.name)
     started = time.monotonic()
     peaks = _PeakMemory()
     out = EpisodeResult(episode_id, task.task_id, agent.name, "error", False, 0.0, "")
@@ -194,14 +197,17 @@ def run_episode(
                     break
             evaluation = evaluate(task, out.answer, session.active_page, urls)
         fields = memory_fields()
+        store.add_blocked(episode_id, session.blocked)
         store.finish_episode(episode_id, success=evaluation.passed, score=evaluation.score,
                              eval_reason=evaluation.reason, **fields)
         out.status, out.success, out.score, out.reason = "done", evaluation.passed, evaluation.score, evaluation.reason
     except KeyboardInterrupt:
-        store.fail_episode(episode_id, "interrupted (Ctrl-C)", **memory_fields())
+        store.add_blocked(episode_id, session.blocked)
+        store.fail_episode(episode_id, "interrupted (Ctrl-C or SIGTERM)", **memory_fields())
         raise
     except Exception as exc:  # browser crash, model error, evaluator failure: record it, keep the batch going
         fields = memory_fields()
+        store.add_blocked(episode_id, session.blocked)
         store.fail_episode(episode_id, exc, **fields)
         out.reason = f"{type(exc).__name__}: {exc}"
     finally:

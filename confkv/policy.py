@@ -16,6 +16,7 @@ Override keys (`--set key=value`) are the field names of the parts; they form on
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -166,12 +167,35 @@ class KVPolicy:
         return self.ranking.build()
 
     def validate(self) -> KVPolicy:
+        """Every value within its range (the message names the allowed range), then the budget arithmetic."""
         gate = self.gate
+
+        def in_range(key: str, low: float, high: float | None = None, *, open_high: bool = False) -> None:
+            value = getattr(self, key)
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            ok = ok and value >= low and (high is None or (value < high if open_high else value <= high))
+            if not ok:
+                allowed = f">= {low}" if high is None else f"in [{low}, {high}{')' if open_high else ']'}"
+                raise PolicyError(f"{key} must be {allowed}, got {value!r}")
+
+        for key in ("alpha", "ema_decay", "tau"):
+            in_range(key, 0.0, 1.0)
+        in_range("pyramid_spread", 0.0, 1.0, open_high=True)
+        for key in ("sinks", "protect"):
+            in_range(key, 0)
+        if gate.gated:
+            in_range("n_low", 1)
+            in_range("n_high", 1)
+            if gate.n_low > gate.n_high:
+                raise PolicyError(f"n_low must be <= n_high, got n_low={gate.n_low} > n_high={gate.n_high}")
+        weights = gate.confidence_weights
+        if len(weights) != 3 or not all(isinstance(w, int | float) and math.isfinite(w) and w >= 0 for w in weights):
+            raise PolicyError(f"confidence_weights must be 3 numbers >= 0 (entropy, margin, max-prob), got {weights!r}")
+        if sum(weights) <= 0:
+            raise PolicyError(f"confidence_weights must not all be 0, got {weights!r}")
         lows = [b for b in (gate.budget,) if b is not None]
         if gate.gated:
             lows += [gate.n_low, gate.n_high]
-            if not 0.0 <= gate.tau <= 1.0:
-                raise PolicyError(f"tau must be in [0, 1], got {gate.tau}")
         for b in lows:
             if b < self.min_layer_budget:  # the pyramid floors every layer at the same minimum
                 raise PolicyError(

@@ -12,11 +12,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from envs.safe_yaml import YamlLimitError, load_limited
 from envs.server import PLACEHOLDER_RE, expand_url
 from envs.sites import SITES
 
@@ -39,6 +40,13 @@ NOT_ACHIEVABLE = "N/A"
 
 # The runner's parser of one reference step (raises ValueError on a bad step), e.g. `agent.actions.parse_action`.
 StepParser = Callable[[str], object]
+#: Caps on free text: a task is a sentence and a few answers; megabytes of it only hang what renders it.
+MAX_INTENT_CHARS = 4000
+MAX_ANSWER_CHARS = 1000
+MAX_LINE_CHARS = 2000  # URLs, locators, reference-solution lines
+Answer = Annotated[str, Field(max_length=MAX_ANSWER_CHARS)]
+Line = Annotated[str, Field(max_length=MAX_LINE_CHARS)]
+
 _STOP_RE = re.compile(r"^\s*stop\s*\[(.*)\]\s*$", re.DOTALL)
 _GOTO_RE = re.compile(r"^\s*goto\s*\[(.*)\]\s*$", re.DOTALL)
 
@@ -59,9 +67,9 @@ class Contents(_Strict):
     """Expected text: `exact_match` (whole cleaned text), `must_include` / `must_exclude` (items may hold
     ` |OR| ` alternatives). Used by string_match (`reference_answers`) and program_html (`required_contents`)."""
 
-    exact_match: str | None = None
-    must_include: list[str] | None = None
-    must_exclude: list[str] | None = None
+    exact_match: Answer | None = None
+    must_include: list[Answer] | None = None
+    must_exclude: list[Answer] | None = None
 
     @model_validator(mode="after")
     def _not_empty(self) -> Contents:
@@ -84,15 +92,15 @@ class HtmlCheck(_Strict):
     """One program_html check: where to look (`url`: "last" or a placeholder URL), what to read (`locator`: ""
     for the page text, else a JS expression), and what it must contain."""
 
-    url: str
-    locator: str
+    url: Line
+    locator: Line
     required_contents: Contents
 
 
 class EvalSpec(_Strict):
     eval_types: list[EvalType]
     reference_answers: Contents | None = None
-    reference_url: str | None = None
+    reference_url: Line | None = None
     url_note: Literal["EXACT", "GOLD in PRED"] = "GOLD in PRED"
     program_html: list[HtmlCheck] = Field(default_factory=list)
 
@@ -117,14 +125,14 @@ class EvalSpec(_Strict):
 class Task(_Strict):
     task_id: int = Field(ge=1)
     sites: list[SiteName] = Field(min_length=1, max_length=2)
-    intent: str = Field(min_length=1)
-    start_url: str = Field(min_length=1)
+    intent: str = Field(min_length=1, max_length=MAX_INTENT_CHARS)
+    start_url: str = Field(min_length=1, max_length=MAX_LINE_CHARS)
     require_login: bool = False
     require_reset: bool = False
     difficulty: Literal["easy", "medium", "hard"] = "medium"
     memory_span: Literal["short", "long"] = "short"
     eval: EvalSpec
-    reference_solution: list[str] = Field(default_factory=list)
+    reference_solution: list[Line] = Field(default_factory=list)
     #: Imported fields with no local meaning (VWA image, viewport_size, ...), kept for the record.
     extra: dict[str, Any] = Field(default_factory=dict)
     #: Set on imported tasks that no local judge can score (e.g. VWA fuzzy_match text); evaluators then score 0.
@@ -182,7 +190,7 @@ def _semantic_errors(task: Task, local: bool, parse_step: StepParser | None) -> 
         return errors
     for i, part in enumerate(task.start_url.split(TAB_SEPARATOR)):
         if not any(part.strip().startswith(p) for p in PLACEHOLDERS):
-            errors.append((("start_url",), f"tab {i} '{part.strip()}' must start with a site placeholder"))
+            errors.append((("start_url",), f"tab {i} {_short(part.strip())} must start with a site placeholder"))
     id_range = ID_RANGES["cross-site" if len(task.sites) > 1 else task.sites[0]]
     if task.task_id not in id_range:
         kind = "cross-site" if len(task.sites) > 1 else task.sites[0]
@@ -203,7 +211,7 @@ def _solution_errors(task: Task, parse_step: StepParser | None) -> list[tuple[tu
             if parse_step is not None:
                 parse_step(line)
         except ValueError as exc:
-            errors.append((("reference_solution", i), f"{line!r}: {exc}"))
+            errors.append((("reference_solution", i), f"{_short(line)}: {exc}"))
         if _STOP_RE.match(line) and i != len(steps) - 1:
             errors.append((("reference_solution", i), "stop must be the last action"))
     if "string_match" in task.eval.eval_types and not _STOP_RE.match(steps[-1]):
@@ -217,24 +225,36 @@ _YAML_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool", "li
                "NoneType": "null"}
 
 
+def _short(value: Any, limit: int = 60) -> str:
+    """`repr(value)`, cut to a short prefix: a message never embeds a whole (possibly huge) value."""
+    if isinstance(value, str | bytes) and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value):,} characters)"
+    if isinstance(value, list | dict | tuple | set) and len(value) > 8:
+        return f"a {type(value).__name__} of {len(value):,} items"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def _describe(err: Mapping[str, Any]) -> str:
     """Turn a pydantic error into a sentence a task author understands."""
     kind, value = err["type"], err.get("input")
+    if kind == "string_too_long":
+        return f"text is {len(value):,} characters; at most {err['ctx']['max_length']:,} allowed"
     got = _YAML_TYPES.get(type(value).__name__, type(value).__name__)
     expected = {"list_type": "a list", "string_type": "a string", "int_type": "an integer", "bool_type": "true or false",
                 "dict_type": "a mapping", "model_type": "a mapping", "float_type": "a number"}
     if kind in expected:
-        hint = f" (quote it: '{value}')" if kind == "string_type" and isinstance(value, int | float) else ""
+        hint = f" (quote it: '{_short(value)}')" if kind == "string_type" and isinstance(value, int | float) else ""
         return f"expected {expected[kind]}, got {got}{hint}"
     if kind == "missing":
         return "required key is missing"
     if kind == "extra_forbidden":
         return "unknown key (not part of the task format; check the spelling)"
     if kind == "literal_error":
-        return f"{err['msg'].replace('Input should be', 'expected')}, got {value!r}"
+        return f"{err['msg'].replace('Input should be', 'expected')}, got {_short(value)}"
     if kind == "value_error":
         return str(err["msg"]).removeprefix("Value error, ")
-    return f"{err['msg']} (got {value!r})"
+    return f"{err['msg']} (got {_short(value)})"
 
 
 def _loc_text(loc: tuple[Any, ...]) -> str:
@@ -264,6 +284,8 @@ def _yaml_line(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
 
 def _format(source: str, loc: tuple[Any, ...], message: str, line: int | None) -> str:
     where = f" (line {line})" if line is not None else ""
+    if len(message) > 400:  # e.g. a validator that printed a long list
+        message = f"{message[:400]}... ({len(message):,} characters)"
     return f"{source}: {_loc_text(loc)}: {message}{where}"
 
 
@@ -294,17 +316,20 @@ def load_task(path: str | Path, parse_step: StepParser | None = None) -> Task:
     reference step in the runner's action grammar."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        node, data = load_limited(path)
+    except YamlLimitError as exc:
+        raise TaskSpecError([f"{path}: refused: {exc}"]) from None
+    except RecursionError:
+        raise TaskSpecError([f"{path}: refused: YAML nesting too deep"]) from None
     except OSError as exc:
         raise TaskSpecError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+    except UnicodeDecodeError as exc:
+        raise TaskSpecError([f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise TaskSpecError([f"{path}{where}: malformed YAML: {problem}"]) from None
+        raise TaskSpecError([f"{path}{where}: malformed YAML: {_short(problem, 200)}"]) from None
     return build_task(data, str(path), local=True, node=node, parse_step=parse_step)
 
 

@@ -13,16 +13,87 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import math
+import secrets
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from flask import flash, g, redirect, request, session, url_for
+from flask import Flask, abort, flash, g, redirect, request, session, url_for
 from werkzeug.wrappers import Response
 
 View = Callable[..., Any]
+
+
+# --- app setup -----------------------------------------------------------------------------------------------------
+
+def new_secret_key() -> str:
+    """A random session-signing key per app instance: a key in the source lets anyone forge a session cookie
+    (`{"user_id": 3}`) and act as another user. Sessions therefore last as long as the server, which is what an
+    episode needs."""
+    return secrets.token_hex(32)
+
+
+# --- hostile input --------------------------------------------------------------------------------------------------
+
+MAX_PAGE = 100_000
+MAX_PRICE = 1_000_000_000.0
+MAX_ID = 2**53  # ids in paths; SQLite integers stop at 2**63 - 1, and no row here comes near either
+MAX_QUERY_WORDS, MAX_QUERY_CHARS = 32, 500  # each word is a LIKE term: SQLite caps expression depth at 1000
+MAX_ARG_CHARS = 4000  # any single query-string value
+PRICE_ARGS = ("min_price", "max_price", "price")
+QUERY_ARGS = ("q",)
+
+
+def input_problem(args: Any, view_args: dict[str, Any] | None) -> str | None:
+    """The first input a site cannot answer sensibly, as a message for the user; None when all are fine.
+
+    One rule set for the three sites. It only refuses what would otherwise crash a page or make SQLite give up
+    (non-finite or absurd numbers, non-ASCII digits, huge page numbers and ids, search text of thousands of
+    words); ordinary mistakes such as `min_price=abc` stay with the sites, which explain them on the page.
+    """
+    for key in PRICE_ARGS:
+        raw = (args.get(key) or "").strip().replace("$", "").replace(",", "")
+        try:
+            value = float(raw)
+        except ValueError:
+            continue  # not a number at all: the site's own message
+        if not math.isfinite(value) or abs(value) > MAX_PRICE:
+            return f"{key} must be a price between 0 and {MAX_PRICE:,.0f}; got {raw[:20]!r}"
+    page = (args.get("page") or "").strip()
+    exotic_digits = any(ch.isdigit() and not ch.isascii() for ch in page)  # "²" passes isdigit() but not int()
+    if exotic_digits or (page.isascii() and page.isdigit() and (len(page) > 9 or int(page) > MAX_PAGE)):
+        return f"page must be a whole number from 1 to {MAX_PAGE:,}; got {page[:20]!r}"
+    for text in (t for key in QUERY_ARGS for t in args.getlist(key)):
+        if len(text) > MAX_QUERY_CHARS or len(text.split()) > MAX_QUERY_WORDS:
+            return (f"search text is too long ({len(text.split()):,} words, {len(text):,} characters); "
+                    f"use at most {MAX_QUERY_WORDS} words and {MAX_QUERY_CHARS} characters")  # fmt: skip
+    for key, value in args.items(multi=True) if hasattr(args, "items") else []:
+        if len(value) > MAX_ARG_CHARS:
+            return f"the {key!r} parameter is {len(value):,} characters long; at most {MAX_ARG_CHARS:,} are accepted"
+    for key, value in (view_args or {}).items():
+        if isinstance(value, int) and not 0 <= value <= MAX_ID:
+            return f"{key} is out of range (at most {MAX_ID:,})"
+    return None
+
+
+def install_input_guard(app: Flask) -> None:
+    """Check every request with `input_problem` before its view runs; a problem is a 400 with the message."""
+
+    @app.before_request
+    def _guard() -> None:
+        problem = input_problem(request.args, request.view_args)
+        if problem is not None:
+            abort(400, description=f"Bad request: {problem}.")
+
+
+def setup_app(app: Flask) -> None:
+    """What every site does to its Flask app: a random secret key and the input guard."""
+    app.secret_key = new_secret_key()
+    app.config["SECRET_KEY"] = app.secret_key
+    install_input_guard(app)
 
 
 # --- database ------------------------------------------------------------------------------------------------------

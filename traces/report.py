@@ -2,7 +2,8 @@
 
 1. confidence and budget over an episode's decoding tokens (does the budget follow confidence?),
 2. KV bytes over steps per policy (how fast does each cache grow across a long episode?),
-3. success vs peak KV memory per policy (what does the memory saving cost in success?).
+3. success vs peak KV memory per policy (what does the memory saving cost in success?);
+   episodes without memory measurements (the `scripted` reference replays) get a plain success-rate bar chart.
 
 Uses `matplotlib.figure.Figure` directly (Agg canvas, no pyplot): no global backend state, safe in any process.
 """
@@ -164,6 +165,27 @@ def plot_success_vs_memory(episodes: Sequence[dict[str, Any]], path: Path) -> Pa
     return _save(fig, path)
 
 
+def plot_success_by_policy(episodes: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Success rate per policy as bars labelled with successes/episodes: what every finished episode can show."""
+    summary = summarize(episodes)
+    if not summary.policies:
+        raise ValueError("no finished episodes to plot")
+    names = list(summary.policies)
+    colors = policy_colors(names)
+    fig = Figure(figsize=(max(4.0, 1.2 * len(names) + 2), 4))
+    ax = fig.add_subplot()
+    rates = [summary.policies[n].success_rate for n in names]
+    ax.bar(names, rates, color=[colors[n] for n in names])
+    for i, n in enumerate(names):
+        stats = summary.policies[n]
+        ax.annotate(f"{stats.successes}/{stats.episodes}", (i, rates[i]), ha="center", textcoords="offset points",
+                    xytext=(0, 4))  # fmt: skip
+    ax.set_ylim(0, 1.15)
+    ax.set_ylabel("success rate")
+    ax.set_title("Success per policy")
+    return _save(fig, path)
+
+
 def default_episodes_to_plot(store: TraceStore, run_ids: Iterable[int] | None = None, per_policy: int = 1) -> list[int]:
     """The latest finished episodes with decode tokens, `per_policy` of each policy."""
     chosen: dict[str, list[int]] = {}
@@ -193,4 +215,6 @@ def write_report(
         written.append(plot_kv_by_policy(finished, steps, out / "kv_bytes_by_policy.png"))
     if any(e["peak_kv_bytes"] is not None for e in finished):
         written.append(plot_success_vs_memory(finished, out / "success_vs_peak_memory.png"))
+    elif finished:  # e.g. only scripted episodes: no memory to plot, but their outcomes are worth a picture
+        written.append(plot_success_by_policy(finished, out / "success_by_policy.png"))
     return written

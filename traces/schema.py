@@ -1,4 +1,4 @@
-"""The trace database schema: four tables a user can query with `sqlite-utils` or Datasette.
+"""The trace database schema: five tables a user can query with `sqlite-utils` or Datasette.
 
 Kept apart from the store so the schema reads as one page: what each column means is documented here once, and the
 store only moves rows. Column names are plain (no JSON blobs except where the value is a list or a nested config)
@@ -48,6 +48,8 @@ EPISODES_COLUMNS: dict[str, type] = {
     "error": str,  # error text / traceback for status 'error'
     "started": str,
     "finished": str,
+    "owner": str,  # "host:pid" of the process running it (see traces.leases); a dead owner's episode is stale
+    "heartbeat": float,  # unix time of the owner's last sign of life while 'running'
 }
 
 # One row per agent step (one model decision and its execution).
@@ -84,6 +86,14 @@ DECODE_TOKENS_COLUMNS: dict[str, type] = {
     "kv_bytes": int,
 }
 
+# One row per request or connection the browser confinement refused (route handler, goto or guard proxy).
+BLOCKED_COLUMNS: dict[str, type] = {
+    "id": int,
+    "episode_id": int,
+    "seq": int,  # order within the episode
+    "what": str,  # the URL, or "proxy: CONNECT host:port" for what only the guard proxy saw
+}
+
 _EPISODES_VIEW = """
 select e.id, e.run_id, r.model, e.policy, e.task_id, e.status, e.success, e.score, e.steps,
        e.peak_kv_bytes, e.full_kv_bytes,
@@ -107,6 +117,10 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
         not_null=["run_id", "task_id", "policy", "status", "started"],
         if_not_exists=True,
     )
+    have = set(db["episodes"].columns_dict)
+    for name, kind in EPISODES_COLUMNS.items():  # databases written before a column existed gain it
+        if name not in have:
+            db["episodes"].add_column(name, kind)
     db["steps"].create(
         STEPS_COLUMNS,
         pk=("episode_id", "step"),
@@ -119,6 +133,10 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
         foreign_keys=[("episode_id", "episodes", "id")],
         if_not_exists=True,
     )
+    db["blocked_requests"].create(
+        BLOCKED_COLUMNS, pk="id", foreign_keys=[("episode_id", "episodes", "id")], if_not_exists=True
+    )
+    db["blocked_requests"].create_index(["episode_id"], if_not_exists=True)
     db["runs"].create_index(["run_key"], if_not_exists=True)
     db["episodes"].create_index(["run_id", "task_id"], if_not_exists=True)
     db["episodes"].create_index(["policy"], if_not_exists=True)

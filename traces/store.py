@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import sqlite3
+import time
 import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -30,6 +31,7 @@ from typing import Any
 import sqlite_utils
 
 from traces import DEFAULT_DB_PATH
+from traces.leases import is_stale, owner_id
 from traces.machine import git_revision as current_git_revision
 from traces.machine import machine_info
 from traces.records import DecodeToken, StepRecord
@@ -59,6 +61,7 @@ class TraceStore:
 
     def __init__(self, path: str | Path = DEFAULT_DB_PATH, *, create: bool = True, busy_timeout_s: float = 60.0):
         self.path = Path(path)
+        self.owner = owner_id()
         if not create and not self.path.is_file():
             raise TraceStoreError(
                 f"no trace database at {self.path} (run `confkv-agent run TASK.yaml` or `confkv-agent eval` to "
@@ -173,37 +176,46 @@ class TraceStore:
     # ---------------------------------------------------------------- episodes
 
     def start_episode(self, run_id: int, task_id: str, policy: str | None = None) -> int:
-        """Open an episode (status 'running') and return its id.
+        """Open an episode (status 'running', owned by this process) and return its id.
 
-        An earlier attempt at the same task in the same run that is still 'running' was left by a crashed or killed
-        process: it is closed as 'error' so listings and summaries do not show a phantom live episode.
+        Earlier attempts at the same task in the same run that are still 'running' but whose owner is gone (a
+        crashed or killed process, see `traces.leases`) are closed as 'error', so listings and summaries show no
+        phantom live episode. A live attempt of another process is left alone.
         """
+        with self._write():
+            return self._open_episode(run_id, task_id, policy)
+
+    def claim_episode(self, run_id: int, task_id: str, policy: str | None = None) -> int | None:
+        """Atomically take a task for this process: a new 'running' episode id, or None when the task is already
+        done in this run or another live process is running it. What cooperating `eval` processes call."""
         with self._write() as db:
-            row = db.execute("select policy from runs where id = ?", [run_id]).fetchone()
-            if row is None:
-                raise TraceStoreError(f"no run {run_id} in {self.path}; call start_run first")
-            if policy is not None and policy != row[0]:
-                raise ValueError(f"run {run_id} is for policy {row[0]!r}, not {policy!r}: start one run per policy")
-            episode_id = (
-                db["episodes"]
-                .insert(
-                    {
-                        "run_id": run_id,
-                        "task_id": str(task_id),
-                        "policy": row[0],
-                        "status": "running",
-                        "started": now_iso(),
-                    }
-                )
-                .last_pk
-            )
+            rows = db.execute("select status, owner, heartbeat from episodes where run_id = ? and task_id = ? "
+                              "and status in ('done', 'running')", [run_id, str(task_id)]).fetchall()  # fmt: skip
+            if any(st == "done" or not is_stale(owner, beat) for st, owner, beat in rows):
+                return None
+            return self._open_episode(run_id, task_id, policy)
+
+    def _open_episode(self, run_id: int, task_id: str, policy: str | None) -> int:
+        db = self.db
+        row = db.execute("select policy from runs where id = ?", [run_id]).fetchone()
+        if row is None:
+            raise TraceStoreError(f"no run {run_id} in {self.path}; call start_run first")
+        if policy is not None and policy != row[0]:
+            raise ValueError(f"run {run_id} is for policy {row[0]!r}, not {policy!r}: start one run per policy")
+        stale = [i for i, owner, beat in db.execute(
+            "select id, owner, heartbeat from episodes where run_id = ? and task_id = ? and status = 'running'",
+            [run_id, str(task_id)]) if is_stale(owner, beat)]  # fmt: skip
+        episode_id = int(db["episodes"].insert({
+            "run_id": run_id, "task_id": str(task_id), "policy": row[0], "status": "running", "started": now_iso(),
+            "owner": self.owner, "heartbeat": time.time(),
+        }).last_pk)  # fmt: skip
+        for old in stale:
             db.execute(
                 "update episodes set status = 'error', success = 0, finished = ?, "
-                "error = 'interrupted: left running by an earlier process; rerun as episode ' || ? "
-                "where run_id = ? and task_id = ? and status = 'running' and id != ?",
-                [now_iso(), episode_id, run_id, str(task_id), episode_id],
+                "error = 'interrupted: left running by a process that is gone; rerun as episode ' || ? where id = ?",
+                [now_iso(), episode_id, old],
             )
-            return int(episode_id)
+        return episode_id
 
     def add_step(self, episode_id: int, record: StepRecord | None = None, **fields: Any) -> None:
         """Record one step, as a `StepRecord` or as its fields (`add_step(ep, step=0, action="click [3]")`)."""
@@ -321,7 +333,29 @@ class TraceStore:
             raise TraceStoreError(f"no episode {episode_id} in {self.path}")
         if row[0] != "running":
             raise TraceStoreError(f"episode {episode_id} is already {row[0]}; it cannot be changed")
+        self.conn.execute("update episodes set heartbeat = ? where id = ?", [time.time(), episode_id])
         return row[1]
+
+    # ---------------------------------------------------------------- confinement
+
+    def add_blocked(self, episode_id: int, items: Iterable[str]) -> int:
+        """Record what the browser confinement refused during an episode (any status); returns how many."""
+        rows = [str(x)[:2000] for x in items]
+        if not rows:
+            return 0
+        with self._write() as db:
+            start = db.execute("select count(*) from blocked_requests where episode_id = ?", [episode_id]).fetchone()[0]
+            db["blocked_requests"].insert_all(
+                {"episode_id": episode_id, "seq": start + i, "what": what} for i, what in enumerate(rows)
+            )
+        return len(rows)
+
+    def blocked(self, episode_id: int) -> list[str]:
+        """What confinement refused during an episode, in order."""
+        if "blocked_requests" not in self.db.table_names():  # a database written before the table existed
+            return []
+        sql = "select what from blocked_requests where episode_id = ? order by seq"
+        return [r[0] for r in self.conn.execute(sql, [episode_id])]
 
     # ---------------------------------------------------------------- resume
 

@@ -207,6 +207,20 @@ def _check_hf_dir(path: Path) -> None:
     raise FileNotFoundError(f"{path} has no *.safetensors weights")
 
 
+def check_local_model(path: Path) -> None:
+    """What `load` would refuse about an existing local path, found without loading anything: a file must be a
+    GGUF file (by its magic bytes), a directory a Hugging Face model directory with safetensors weights."""
+    if path.is_file():
+        with path.open("rb") as f:
+            magic = f.read(4)
+        if path.suffix != ".gguf" or magic != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF model file; pass a model directory, a .gguf file or a name")
+        return
+    if not path.is_dir():
+        raise FileNotFoundError(f"model path {path} is neither a file nor a directory")
+    _check_hf_dir(path)
+
+
 def resolve(name_or_path: str | os.PathLike[str], progress: Progress = no_progress) -> Path:
     """A registry name (pulled on demand) or an existing path; anything else is a clear error."""
     text = os.fspath(name_or_path)

@@ -17,7 +17,6 @@ from flask import Flask, abort, current_app, redirect, render_template, request,
 from envs import webapp
 from envs.classifieds.seed import hash_password
 
-SECRET_KEY = "confkv-classifieds-local-only"  # fixed so sessions survive a server restart within a run
 PAGE_SIZE = 20
 PRICE_UNITS = {"housing": "per month", "jobs": "per hour"}
 
@@ -82,7 +81,7 @@ def create_app(db_path: pathlib.Path) -> Flask:
     if not db_path.exists():
         raise FileNotFoundError(f"classifieds database {db_path} does not exist; build it with seed.build_db first")
     app = Flask(__name__)
-    app.secret_key = SECRET_KEY
+    webapp.setup_app(app)
     app.config["DB_PATH"] = str(db_path)
     app.jinja_env.filters["money"] = money
     app.jinja_env.globals["price_units"] = PRICE_UNITS

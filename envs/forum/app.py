@@ -15,8 +15,6 @@ from werkzeug.security import check_password_hash
 from envs import webapp
 from envs.forum import db
 
-SECRET_KEY = "confkv-forum-fixed-secret"  # fixed so a session cookie stays valid across server restarts
-
 
 def get_db() -> sqlite3.Connection:
     """One connection per request, opened lazily and closed on teardown."""
@@ -45,7 +43,8 @@ def create_app(db_path: Path) -> Flask:
     if not db_path.exists():
         raise FileNotFoundError(f"forum database not found at {db_path}; build it with envs.forum.seed.build_db")
     app = Flask(__name__, template_folder="templates", static_folder="static")
-    app.config.update(SECRET_KEY=SECRET_KEY, SESSION_COOKIE_NAME="forum_session")
+    app.config.update(SESSION_COOKIE_NAME="forum_session")
+    webapp.setup_app(app)
 
     @app.before_request
     def load_user() -> None:

@@ -13,7 +13,6 @@ from envs.shopping import account, catalog, orders
 from envs.shopping.db import cart_count, current_user, get_db, money, url_with
 
 # Fixed so sessions survive a server restart within a benchmark run; the site only listens on 127.0.0.1.
-SECRET_KEY = "confkv-onestopshop-local-only"
 
 
 def create_app(db_path: Path) -> Flask:
@@ -23,7 +22,8 @@ def create_app(db_path: Path) -> Flask:
         raise FileNotFoundError(f"shopping database {db_path} does not exist; build it with "
                                 "envs.shopping.seed.build_db(path, seed)")
     app = Flask(__name__)
-    app.config.update(DB_PATH=str(db_path), SECRET_KEY=SECRET_KEY, SESSION_COOKIE_NAME="onestopshop_session")
+    app.config.update(DB_PATH=str(db_path), SESSION_COOKIE_NAME="onestopshop_session")
+    webapp.setup_app(app)
     app.teardown_appcontext(webapp.close_request_db)
     for routes in (catalog, orders, account):
         routes.register(app)

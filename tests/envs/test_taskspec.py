@@ -255,3 +255,59 @@ def test_load_webarena_json_locates_bad_entries(tmp_path: Path) -> None:
     path.write_text("[{")
     with pytest.raises(TaskSpecError, match=r"test.raw.json:1: malformed JSON"):
         load_webarena_json(path)
+
+
+# ------------------------------------------------------------------------------------------- hostile task files
+
+BOMB = """\
+a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]
+"""
+
+
+def test_alias_bomb_is_refused_before_it_expands(tmp_path: Path) -> None:
+    import resource
+
+    text = BOMB + GOOD.replace("difficulty: easy", "difficulty: *h")  # the bomb in a Literal field
+    path = write(tmp_path, text)
+    assert path.stat().st_size < 1500
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    (msg,) = errors_of(path)
+    assert "refused" in msg and "alias bomb" in msg and len(msg) < 300
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB: no blow-up
+
+
+def test_recursive_alias_and_huge_file_are_refused(tmp_path: Path) -> None:
+    (msg,) = errors_of(write(tmp_path, GOOD + "extra: &x [*x]\n"))
+    assert "refused" in msg
+    big = write(tmp_path, GOOD + f"# {'x' * (2 << 20)}\n", "big.yaml")
+    (msg,) = errors_of(big)
+    assert "at most 1,048,576" in msg and len(msg) < 200
+
+
+def test_small_aliases_still_work(tmp_path: Path) -> None:
+    text = GOOD.replace('must_include: ["100234"]', "must_include: &ans [\"100234\"]") + "extra: {again: *ans}\n"
+    assert load_task(write(tmp_path, text)).extra == {"again": ["100234"]}
+
+
+def test_messages_embed_only_a_prefix_of_a_long_value(tmp_path: Path) -> None:
+    huge = "z" * 50_000
+    msgs = errors_of(write(tmp_path, GOOD.replace("difficulty: easy", f"difficulty: {huge}")))
+    assert any("difficulty: expected 'easy', 'medium' or 'hard', got 'zzz" in m for m in msgs)
+    assert all(len(m) < 300 for m in msgs)
+
+
+@pytest.mark.parametrize("field, old, limit", [
+    ("intent", '"What is the order number of my most recent order that contains a ceramic mug?"', "4,000"),
+    ("eval.reference_answers.must_include[0]", '"100234"', "1,000"),
+])  # fmt: skip
+def test_text_fields_are_capped_with_a_clear_message(tmp_path: Path, field: str, old: str, limit: str) -> None:
+    msgs = errors_of(write(tmp_path, GOOD.replace(old, '"' + "word " * 20_000 + '"', 1)))
+    assert any(f"{field}: text is 100,000 characters; at most {limit} allowed" in m for m in msgs), msgs
+    assert all(len(m) < 300 for m in msgs)
