@@ -14,6 +14,7 @@ Every agent has the same small interface the episode loop uses (`Agent`):
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -99,6 +100,11 @@ class ScriptedAgent:
         pass
 
 
+# Prefilled system-prompt caches: model -> {(KV policy, rendered text): session}. Weak on the model, so a model
+# that is dropped takes its prefixes with it.
+_PREFIXES: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], Any]] = weakref.WeakKeyDictionary()
+
+
 def stop_token_ids(tokenizer: Any) -> list[int]:
     """End-of-turn ids: the tokenizer's EOS plus the usual chat end markers it knows."""
     ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
@@ -142,14 +148,14 @@ class ModelAgent:
         self.intent = ""
         self.step_no = 0
         self.system_tokens = 0
-        self.history: list[str] = []  # "OK: click [3]" / "FAILED: ..." per previous step, listed in each turn
+        self.history: list[str] = []
+        self.prefix_reused = False  # whether this episode's system prompt came from the per-process prefix cache  # "OK: click [3]" / "FAILED: ..." per previous step, listed in each turn
 
     def begin(self, task_intent: str) -> None:
         """Start an episode: a fresh cache, and a chat holding only the system prompt (the task comes each turn)."""
         from confkv.session import ConfKVSession
 
         self.close()
-        self.session = ConfKVSession(self.model, self.kv_policy, tokenizer=self.tokenizer)
         system = system_prompt(self.reasoning)
         if not self.repeat_task:
             system += f"\nYour task: {task_intent}\n"
@@ -157,12 +163,19 @@ class ModelAgent:
         self.intent = task_intent
         self.step_no = 0
         self.history = []
-        # Prefill the system prompt now, pinned before its first chunk runs: the grammar and rules must survive any
-        # budget. Each turn then pins itself before it is appended (see act), so the budget only governs what is
-        # kept of older turns.
+        # The system prompt is prefilled pinned (before its first chunk runs: the grammar and rules must survive any
+        # budget), once per process, model, KV policy and text, and each episode starts from a fork of that cache.
+        # Each turn then pins itself before it is appended (see act), so the budget only governs older turns.
         head = self.chat.render(add_generation_prompt=False)
         self.chat.cached_text = head
-        self.session.append(self.tokenizer(head, add_special_tokens=False).input_ids, pin=True)
+        prefixes = _PREFIXES.setdefault(self.model, {})
+        key = (repr(self.kv_policy), head)
+        self.prefix_reused = key in prefixes
+        if not self.prefix_reused:
+            prefix = ConfKVSession(self.model, self.kv_policy, tokenizer=self.tokenizer)
+            prefix.append(self.tokenizer(head, add_special_tokens=False).input_ids, pin=True)
+            prefixes[key] = prefix
+        self.session = prefixes[key].fork()
         self.system_tokens = self.session.seen
 
     def _hook(self, observation: Observation) -> ConstrainedDecoder | None:

@@ -15,6 +15,7 @@ every step's confidence comes from that step's raw logits, before any sampling c
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -65,6 +66,19 @@ class ConfKVSession:
     @property
     def seen(self) -> int:
         return self.cache.get_seq_length()
+
+    def fork(self) -> ConfKVSession:
+        """A new session that starts exactly where this one stands: its own copy of the cache (tensors, ranker
+        state, pins, budget, peak) and counters, the same model. Why: a prefix every episode shares (the agent's
+        system prompt) is prefilled once and forked per episode instead of being run through the model again."""
+        if self._scope_depth:
+            raise RuntimeError("fork() inside a call on this session")
+        new = copy.copy(self)
+        new.cache = copy.deepcopy(self.cache)
+        new.policy = new.cache.policy
+        new.stats = copy.deepcopy(self.stats)
+        new.last_logits = None if self.last_logits is None else self.last_logits.clone()
+        return new
 
     @contextmanager
     def attached(self) -> Iterator[None]:

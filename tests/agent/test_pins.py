@@ -91,3 +91,31 @@ def test_pin_before_append_protects_a_long_chunked_prefill(tiny):
     for layer in session.cache.layers:
         kept = set(layer.positions()[0, 0].tolist())
         assert set(range(40)) <= kept and layer.physical_length <= 40 + 16 + 8
+
+
+def test_the_system_prompt_is_prefilled_once_per_process_and_forked_per_episode(tiny):
+    from agent.model_policy import _PREFIXES
+
+    model, tok = tiny
+    kv = _small_policy("confkv")
+    _PREFIXES.pop(model, None)
+    page = "\n".join(f"[{i}] link 'row {i}'" for i in range(12))
+    obs = Observation(text=page, url="http://127.0.0.1/y", title="t", tabs=["t"], active_tab=0,
+                      nodes={i: ("link", f"row {i}") for i in range(12)})
+    first = ModelAgent(model, tok, kv, max_action_tokens=8, model_name="tiny")
+    first.begin("open row 3")
+    assert not first.prefix_reused
+    reply1, info1 = first.act(obs, None)
+    calls = []
+    handle = model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        second = ModelAgent(model, tok, kv, max_action_tokens=8, model_name="tiny")
+        second.begin("open row 3")
+        assert second.prefix_reused and calls == [] and second.system_tokens == first.system_tokens
+        reply2, info2 = second.act(obs, None)
+    finally:
+        handle.remove()
+    assert reply2 == reply1 and [t.confidence for t in info2.tokens] == [t.confidence for t in info1.tokens]
+    assert info2.kept_tokens_per_layer == info1.kept_tokens_per_layer
+    for kept in _kept(second):  # the fork keeps the pin: the whole system prompt is still there
+        assert set(range(second.system_tokens)) <= kept
