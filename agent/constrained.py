@@ -80,7 +80,11 @@ class ActionGrammar:
         url_chars: int = 160,
         answer_chars: int = 120,
         reasoning_chars: int = 0,
+        avoid: dict[str, set[int]] | None = None,
     ) -> None:
+        # `avoid`: per verb, target ids it may not take this turn (the agent bans re-typing into the field it just
+        # filled; a verb left with no target keeps its full choice rather than becoming impossible).
+        self.avoid = {verb: {str(i) for i in ids_} for verb, ids_ in (avoid or {}).items()}
         # One segment per argument kind of `agent.actions.VERB_TABLE` (a new verb needs no edit here; a new kind does).
         self.arg_segments: dict[str, Segment] = {
             "target": Choice(frozenset(str(i) for i in ids) or frozenset({"0"})),
@@ -110,7 +114,10 @@ class ActionGrammar:
             return [lit(verb.verb)]
         segments: list[Segment] = [lit(f"{verb.verb} [")]
         for i, kind in enumerate(verb.args):
-            segments += [self.arg_segments[kind], lit("] [" if i < len(verb.args) - 1 else "]")]
+            seg = self.arg_segments[kind]
+            if kind == "target" and self.avoid.get(verb.verb) and isinstance(seg, Choice):
+                seg = Choice(seg.options - self.avoid[verb.verb]) if seg.options - self.avoid[verb.verb] else seg
+            segments += [seg, lit("] [" if i < len(verb.args) - 1 else "]")]
         return segments
 
     # -- NFA ---------------------------------------------------------------------------------------------------

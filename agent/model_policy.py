@@ -105,6 +105,24 @@ class ScriptedAgent:
 _PREFIXES: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], Any]] = weakref.WeakKeyDictionary()
 
 
+def retype_ban(last_result: str | None) -> dict[str, set[int]]:
+    """After a successful `type [i] ...`, the next reply may not type into [i] again.
+
+    Why: the 1.5B agent's commonest loop (seen on the default task) is re-typing the same search into the box it
+    just filled, although the results are on the page, until the 5-repeats rule ends the episode. Re-typing the
+    same field at once never moves a task forward; a different query stays possible one step later.
+    """
+    from agent.actions import ActionParseError, parse_action
+
+    if not last_result or not last_result.startswith("OK: type ["):
+        return {}
+    try:
+        action = parse_action(last_result.removeprefix("OK: "))
+    except ActionParseError:
+        return {}
+    return {"type": {action.target}} if isinstance(action.target, int) else {}
+
+
 def stop_token_ids(tokenizer: Any) -> list[int]:
     """End-of-turn ids: the tokenizer's EOS plus the usual chat end markers it knows."""
     ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
@@ -178,13 +196,13 @@ class ModelAgent:
         self.session = prefixes[key].fork()
         self.system_tokens = self.session.seen
 
-    def _hook(self, observation: Observation) -> ConstrainedDecoder | None:
+    def _hook(self, observation: Observation, last_result: str | None = None) -> ConstrainedDecoder | None:
         if not self.constrained:
             return None
         assert self.index is not None
         grammar = ActionGrammar(
             observation.nodes or observation.ids, n_tabs=len(observation.tabs),
-            reasoning_chars=160 if self.reasoning else 0,
+            reasoning_chars=160 if self.reasoning else 0, avoid=retype_ban(last_result),
         )  # fmt: skip
         return ConstrainedDecoder(grammar, self.index, self.stop_ids, self.max_action_tokens)
 
@@ -216,7 +234,8 @@ class ModelAgent:
                 )
             )
 
-        generated = session.decode(self.max_action_tokens, self.stop_ids, self._hook(observation), on_token)
+        generated = session.decode(self.max_action_tokens, self.stop_ids, self._hook(observation, last_result),
+                                   on_token)
         t2 = time.perf_counter()
         in_cache = generated[:-1] if generated and generated[-1] in self.stop_ids else generated
         text = tok.decode(in_cache, skip_special_tokens=False, clean_up_tokenization_spaces=False)

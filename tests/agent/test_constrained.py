@@ -102,3 +102,20 @@ def test_a_template_that_rewrites_old_turns_is_refused():
     chat.assistant_reply("click [1]")
     with pytest.raises(TemplateDriftError, match="changed text that is already in the cache"):
         chat.user_turn("page two")
+
+
+def test_after_typing_into_a_field_the_next_reply_cannot_type_into_it_again(tok, index):
+    from agent.model_policy import retype_ban
+
+    ban = retype_ban("OK: type [3] [blue mug] [1]")
+    assert ban == {"type": {3}}
+    assert retype_ban("FAILED: no element 3") == {} and retype_ban("OK: click [3]") == {} and retype_ban(None) == {}
+    type_id = tok.convert_tokens_to_ids("type")
+    bias = torch.zeros(512)
+    bias[type_id] = 100.0  # the model wants to type again
+    grammar = ActionGrammar({3, 7}, avoid=ban)
+    for seed in range(10):
+        action = parse_action(_decode(tok, index, grammar, seed, bias=bias))
+        assert action.verb == "type" and action.target == 7  # any other field is still fine
+    only = ActionGrammar({3}, avoid=ban)  # the banned field is the only one: the ban gives way
+    assert parse_action(_decode(tok, index, only, 0, bias=bias)).target == 3
