@@ -105,22 +105,28 @@ class ScriptedAgent:
 _PREFIXES: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], Any]] = weakref.WeakKeyDictionary()
 
 
-def retype_ban(last_result: str | None) -> dict[str, set[int]]:
-    """After a successful `type [i] ...`, the next reply may not type into [i] again.
+def repeat_ban(last_reply: str | None, last_result: str | None) -> dict[str, set[int]]:
+    """Per verb, the target the next reply may not use: the target of the last action if it FAILED (rule 4 of
+    the prompt, enforced), and after a successful `type [i] ...` the field [i] for `type`.
 
-    Why: the 1.5B agent's commonest loop (seen on the default task) is re-typing the same search into the box it
-    just filled, although the results are on the page, until the 5-repeats rule ends the episode. Re-typing the
-    same field at once never moves a task forward; a different query stays possible one step later.
+    Why: the 1.5B agent's commonest loops on the default task were re-typing the same search into the box it had
+    just filled (the results were on the page) and repeating an action that had just failed, until the 5-repeats
+    rule ended the episode. Neither ever moves a task forward; the same target stays possible one step later.
     """
     from agent.actions import ActionParseError, parse_action
 
-    if not last_result or not last_result.startswith("OK: type ["):
+    if not last_reply or not last_result:
+        return {}
+    failed = last_result.startswith("FAILED")
+    if not (failed or last_result.startswith("OK: type [")):
         return {}
     try:
-        action = parse_action(last_result.removeprefix("OK: "))
+        action = parse_action(last_reply)
     except ActionParseError:
         return {}
-    return {"type": {action.target}} if isinstance(action.target, int) else {}
+    if not isinstance(action.target, int):
+        return {}
+    return {action.verb: {action.target}}
 
 
 def stop_token_ids(tokenizer: Any) -> list[int]:
@@ -167,6 +173,7 @@ class ModelAgent:
         self.step_no = 0
         self.system_tokens = 0
         self.history: list[str] = []
+        self.last_reply: str | None = None
         self.prefix_reused = False  # whether this episode's system prompt came from the per-process prefix cache  # "OK: click [3]" / "FAILED: ..." per previous step, listed in each turn
 
     def begin(self, task_intent: str) -> None:
@@ -181,6 +188,7 @@ class ModelAgent:
         self.intent = task_intent
         self.step_no = 0
         self.history = []
+        self.last_reply = None
         # The system prompt is prefilled pinned (before its first chunk runs: the grammar and rules must survive any
         # budget), once per process, model, KV policy and text, and each episode starts from a fork of that cache.
         # Each turn then pins itself before it is appended (see act), so the budget only governs older turns.
@@ -202,7 +210,7 @@ class ModelAgent:
         assert self.index is not None
         grammar = ActionGrammar(
             observation.nodes or observation.ids, n_tabs=len(observation.tabs),
-            reasoning_chars=160 if self.reasoning else 0, avoid=retype_ban(last_result),
+            reasoning_chars=160 if self.reasoning else 0, avoid=repeat_ban(self.last_reply, last_result),
         )  # fmt: skip
         return ConstrainedDecoder(grammar, self.index, self.stop_ids, self.max_action_tokens)
 
@@ -240,6 +248,7 @@ class ModelAgent:
         in_cache = generated[:-1] if generated and generated[-1] in self.stop_ids else generated
         text = tok.decode(in_cache, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         self.chat.assistant_reply(text)
+        self.last_reply = text
         self.step_no += 1
         memory = session.cache.memory()
         return text, StepInfo(

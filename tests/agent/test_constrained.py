@@ -104,12 +104,14 @@ def test_a_template_that_rewrites_old_turns_is_refused():
         chat.user_turn("page two")
 
 
-def test_after_typing_into_a_field_the_next_reply_cannot_type_into_it_again(tok, index):
-    from agent.model_policy import retype_ban
+def test_the_next_reply_cannot_retype_the_field_just_filled_or_repeat_a_failure(tok, index):
+    from agent.model_policy import repeat_ban
 
-    ban = retype_ban("OK: type [3] [blue mug] [1]")
+    ban = repeat_ban("type [3] [blue mug] [1]", "OK: type [3] [blue mug] [1]")
     assert ban == {"type": {3}}
-    assert retype_ban("FAILED: no element 3") == {} and retype_ban("OK: click [3]") == {} and retype_ban(None) == {}
+    assert repeat_ban("click [3]", "FAILED: element [3] is hidden") == {"click": {3}}  # a failure is not repeated
+    assert repeat_ban("click [3]", "OK: click [3]") == {} and repeat_ban(None, None) == {}
+    assert repeat_ban("I think so", "INVALID reply: no action") == {}
     type_id = tok.convert_tokens_to_ids("type")
     bias = torch.zeros(512)
     bias[type_id] = 100.0  # the model wants to type again
