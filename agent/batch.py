@@ -88,12 +88,12 @@ class Worker:
     """Everything an episode needs that is expensive to make: the model, the sites, a store handle."""
 
     def __init__(self, db: str | Path, settings: AgentSettings, site_names: Sequence[str]) -> None:
-        from envs.server import Sites
+        from agent.episode_tasks import start_sites
         from traces.store import TraceStore
 
         self.settings = settings
         self.store = TraceStore(db)
-        self.sites = Sites(site_names)
+        self.sites = start_sites(list(site_names))
         self._model: tuple[Any, Any] | None = None
 
     def agent(self, policy: str, task: Task) -> AgentPolicy:
@@ -167,8 +167,12 @@ def run_batch(
     workers: int = 1,
     on_episode: Callable[[dict[str, Any]], None] | None = None,
     on_plan: Callable[[Plan], None] | None = None,
+    backend: str = "local",
+    address: str | None = None,
 ) -> tuple[Plan, TraceSummary]:
-    """Run every unfinished (task, policy) episode; returns the plan and the summary of this eval's runs."""
+    """Run every unfinished (task, policy) episode; returns the plan and the summary of this eval's runs.
+
+    `backend="ray"` runs them on a Ray cluster (`agent.backends.ray`; `address` None = a local Ray)."""
     from traces.store import TraceStore
 
     check_policy_names(policies, settings.overrides)
@@ -180,7 +184,11 @@ def run_batch(
         on_plan(the_plan)
     site_names = sorted({name for task, _ in the_plan.pending for name in task.sites})
     if the_plan.pending:
-        if workers == 1:
+        if backend == "ray":
+            from agent.backends.ray import run_on_ray
+
+            run_on_ray(the_plan, db, settings, site_names, workers, on_episode, address=address)
+        elif workers == 1:
             worker = Worker(db, settings, site_names)
             try:
                 for task, policy in the_plan.pending:

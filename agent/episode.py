@@ -22,6 +22,7 @@ from agent.stopping import StopRules
 from traces.records import StepRecord
 
 if TYPE_CHECKING:
+    from agent.episode_tasks import EpisodeTask
     from agent.model_policy import AgentPolicy, StepInfo
     from envs.taskspec import Task
     from traces.store import TraceStore
@@ -46,7 +47,7 @@ class StepEvent:
 @dataclass
 class EpisodeResult:
     episode_id: int
-    task_id: int
+    task_id: int | str  # "miniwob/<name>/<seed>" for MiniWoB++
     policy: str
     status: str  # "done" (evaluated) or "error"
     success: bool
@@ -90,18 +91,6 @@ class _PeakMemory:
         return None
 
 
-def _open_start_pages(task: Task, sites: Any, session: Any) -> None:
-    from envs.server import login
-
-    if task.require_login:
-        for name in task.sites:
-            login(session.active_page, sites.url(name))
-    for i, url in enumerate(task.start_urls(sites.urls)):
-        page = session.active_page if i == 0 else session.new_tab()
-        page.goto(url, wait_until="load")
-    session.tab_focus(0)
-
-
 def _with_sites(action: Action, urls: dict[str, str]) -> Action:
     """`goto [__SHOPPING__/x]` (as in reference solutions) -> the running site's URL."""
     from envs.server import PLACEHOLDER_RE, expand_url
@@ -123,7 +112,7 @@ def _step_record(step: int, obs: Any, reply: str, info: StepInfo, action: Action
 
 
 def run_episode(
-    task: Task,
+    task: Task | EpisodeTask,
     policy: AgentPolicy,
     sites: Any,
     store: TraceStore,
@@ -134,11 +123,11 @@ def run_episode(
     on_step: Callable[[StepEvent], None] | None = None,
 ) -> EpisodeResult:
     """Run `task` with `policy` against running `sites` (`envs.server.Sites`) and record it under `run_id`."""
-    from agent.browser import BrowserSession
+    from agent.episode_tasks import as_episode_task
     from agent.executor import execute
     from agent.observation import observe
-    from envs.evaluators import evaluate
 
+    task = as_episode_task(task)
     episode_id = store.start_episode(run_id, str(task.task_id), policy=policy.name)
     started = time.monotonic()
     peaks = _PeakMemory()
@@ -153,14 +142,10 @@ def run_episode(
         )  # fmt: skip
 
     fields: dict[str, Any] = {}
-    session = BrowserSession([sites.url(name) for name in task.sites], headless=not headed,
-                             screenshots_dir=screenshots_dir)
+    session = task.open_session(sites, not headed, screenshots_dir)
     try:
         with session:
-            if task.require_reset:
-                sites.reset(task.sites)
-            _open_start_pages(task, sites, session)
-            policy.begin(task.intent)
+            policy.begin(task.prepare(session, sites))
             rules = StopRules(max_steps=max_steps)
             last_result: str | None = None
             for step in range(max_steps):
@@ -201,10 +186,13 @@ def run_episode(
                 if done:
                     out.stop_reason = "stop action"
                     break
+                if task.finished(session):
+                    out.stop_reason = "the task page ended the episode"
+                    break
                 if stop_reason:
                     out.stop_reason = stop_reason
                     break
-            evaluation = evaluate(task, out.answer, session.active_page, urls)
+            evaluation = task.evaluate(out.answer, session, sites)
         fields = memory_fields()
         store.finish_episode(episode_id, success=evaluation.passed, score=evaluation.score,
                              eval_reason=evaluation.reason, **fields)
