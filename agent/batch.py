@@ -144,19 +144,14 @@ class Plan:
 def plan(store: Any, tasks: Sequence[Task], policies: Sequence[str], settings: AgentSettings) -> Plan:
     """Find (or create) one run per policy and list the episodes that are not finished yet."""
     run_ids: dict[str, int] = {}
-    pending: list[tuple[Task, str]] = []
-    skipped = 0
+    done: dict[str, set[str]] = {}
     for policy in policies:
         model, config = run_config(policy, settings)
-        run_id = store.start_run(model, policy, config, resume=True)
-        run_ids[policy] = run_id
-        done = store.finished_tasks(run_id)
-        for task in tasks:
-            if str(task.task_id) in done:
-                skipped += 1
-            else:
-                pending.append((task, policy))
-    return Plan(run_ids, pending, skipped)
+        run_ids[policy] = store.start_run(model, policy, config, resume=True)
+        done[policy] = store.finished_tasks(run_ids[policy])
+    # task-major order: an eval stopped halfway has every policy on the same tasks, so its figures compare
+    pending = [(task, p) for task in tasks for p in policies if str(task.task_id) not in done[p]]
+    return Plan(run_ids, pending, len(tasks) * len(policies) - len(pending))
 
 
 def run_batch(

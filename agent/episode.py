@@ -174,6 +174,8 @@ def run_episode(
                     last_result = f"FAILED: {exec_error}" if exec_error else f"OK: {action.to_text()}"
                 session.screenshot(f"episode{episode_id}_step{step:02d}")
                 step_ms = (time.perf_counter() - t0) * 1000
+                if info.prefill_chunks:
+                    store.add_prefill_chunks(episode_id, step, info.prefill_chunks)
                 if info.tokens:
                     store.add_decode_tokens(episode_id, step, info.tokens)
                 store.add_step(episode_id, _step_record(step, obs, reply, info, action, last_result, parse_error,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.constrained import ActionGrammar, ConstrainedDecoder, token_index
 from agent.prompt import ChatConversation, system_prompt, user_message
-from traces.records import DecodeToken
+from traces.records import DecodeToken, PrefillChunk
 
 if TYPE_CHECKING:
     import torch
@@ -43,6 +43,7 @@ class StepInfo:
     kept_tokens_per_layer: list[int] = field(default_factory=list)
     kv_bytes: int | None = None
     tokens: list[DecodeToken] = field(default_factory=list)  # one row per generated token (trace decode_tokens)
+    prefill_chunks: list[PrefillChunk] = field(default_factory=list)  # this step's prefill calls (system prompt too)
 
 
 @dataclass
@@ -135,6 +136,7 @@ class ModelPolicy:
         self.intent = ""
         self.step_no = 0
         self.system_tokens = 0
+        self.records_seen = 0  # session records already reported (prefill chunks go with the next step)
 
     def begin(self, task_intent: str) -> None:
         """Start an episode: a fresh cache, and a chat holding only the system prompt (the task comes each turn)."""
@@ -148,6 +150,7 @@ class ModelPolicy:
         self.chat = ChatConversation(self.tokenizer, system)
         self.intent = task_intent
         self.step_no = 0
+        self.records_seen = 0
         # Prefill the system prompt now and pin it: the grammar and rules must survive any budget. Each turn then
         # pins itself while the model decides (see act), so the budget only governs what is kept of older turns.
         head = self.chat.render(add_generation_prompt=False)
@@ -178,6 +181,9 @@ class ModelPolicy:
         t0 = time.perf_counter()
         session.append(ids)
         t1 = time.perf_counter()
+        prefills = [r for r in session.stats.steps[self.records_seen:] if r.kind == "prefill"]
+        chunks = [PrefillChunk(i, r.tokens, min(1.0, max(0.0, float(r.confidence))), r.budget, r.kept_tokens,
+                               r.kv_bytes) for i, r in enumerate(prefills)]  # fmt: skip
         rows: list[DecodeToken] = []
 
         def on_token(token: int, record: Any) -> None:
@@ -198,6 +204,7 @@ class ModelPolicy:
         text = tok.decode(in_cache, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         self.chat.assistant_reply(text)
         self.step_no += 1
+        self.records_seen = len(session.stats.steps)
         memory = session.cache.memory()
         return text, StepInfo(
             raw_output=text,
@@ -210,6 +217,7 @@ class ModelPolicy:
             kept_tokens_per_layer=list(memory.kept_tokens),
             kv_bytes=memory.kv_bytes,
             tokens=rows,
+            prefill_chunks=chunks,
         )
 
     def memory(self) -> MemoryFigures | None:

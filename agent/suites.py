@@ -134,11 +134,12 @@ class MiniWobTask:
 
 
 def miniwob_tasks(names: Sequence[str], seeds: int | Sequence[int], max_time_s: float | None = None) -> list[Any]:
-    """Every (name, seed) pair; `seeds=5` means seeds 0..4."""
+    """Every (name, seed) pair, seed-major (all tasks at seed 0 first: a stopped eval covers whole seeds);
+    `seeds=5` means seeds 0..4."""
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     if not seed_list:
         raise ValueError("--seeds must be at least 1")
-    return [MiniWobTask(name, seed, max_time_s) for name in names for seed in seed_list]
+    return [MiniWobTask(name, seed, max_time_s) for seed in seed_list for name in names]
 
 
 def select_tasks(suite: str, paths: Sequence[str | Path], names: str | None, seeds: int) -> list[Any]:

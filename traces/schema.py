@@ -1,4 +1,4 @@
-"""The trace database schema: four tables a user can query with `sqlite-utils` or Datasette.
+"""The trace database schema: five tables a user can query with `sqlite-utils` or Datasette.
 
 Kept apart from the store so the schema reads as one page: what each column means is documented here once, and the
 store only moves rows. Column names are plain (no JSON blobs except where the value is a list or a nested config)
@@ -84,6 +84,18 @@ DECODE_TOKENS_COLUMNS: dict[str, type] = {
     "kv_bytes": int,
 }
 
+# One row per prefill chunk of a step (system prompt + new turn), before that step's decode tokens.
+PREFILL_CHUNKS_COLUMNS: dict[str, type] = {
+    "episode_id": int,
+    "step": int,
+    "chunk_index": int,  # 0-based within the step
+    "tokens": int,  # tokens prefilled by this chunk
+    "confidence": float,  # mean confidence over the chunk's last positions
+    "budget": int,  # budget in force after the chunk; NULL = no budget (full)
+    "kept_tokens": int,  # tokens kept after the chunk (mean over layers)
+    "kv_bytes": int,
+}
+
 _EPISODES_VIEW = """
 select e.id, e.run_id, r.model, e.policy, e.task_id, e.status, e.success, e.score, e.steps,
        e.peak_kv_bytes, e.full_kv_bytes,
@@ -116,6 +128,12 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
     db["decode_tokens"].create(
         DECODE_TOKENS_COLUMNS,
         pk=("episode_id", "step", "token_index"),
+        foreign_keys=[("episode_id", "episodes", "id")],
+        if_not_exists=True,
+    )
+    db["prefill_chunks"].create(
+        PREFILL_CHUNKS_COLUMNS,
+        pk=("episode_id", "step", "chunk_index"),
         foreign_keys=[("episode_id", "episodes", "id")],
         if_not_exists=True,
     )

@@ -60,8 +60,8 @@ def test_every_page_is_classified_and_the_default_set_is_expressible() -> None:
 
 def test_suite_selection_and_its_errors(tmp_path) -> None:
     tasks = select_tasks("miniwob", [], "click-button, enter-text", 2)
-    assert [t.task_id for t in tasks] == ["miniwob/click-button/0", "miniwob/click-button/1",
-                                          "miniwob/enter-text/0", "miniwob/enter-text/1"]  # fmt: skip
+    assert [t.task_id for t in tasks] == ["miniwob/click-button/0", "miniwob/enter-text/0",
+                                          "miniwob/click-button/1", "miniwob/enter-text/1"]  # fmt: skip
     assert len(select_tasks("miniwob", [], None, 1)) == len(MINIWOB_DEFAULT)
     with pytest.raises(ValueError, match="unknown MiniWoB\\+\\+ task 'click-buton'; similar: click-"):
         select_tasks("miniwob", [], "click-buton", 1)
