@@ -109,3 +109,5 @@ def test_eval_suite_miniwob_writes_rows_per_seed_and_resumes(tmp_path) -> None:
     assert again.exit_code == 0 and "0 episodes to run, 2 already finished" in again.output
     bad = CliRunner().invoke(app, ["eval", "--suite", "miniwob", "--tasks", "drag-box", "--db", str(db)])
     assert bad.exit_code == 2 and "cannot be expressed" in bad.output
+    bad = CliRunner().invoke(app, ["eval", "--suite", "miniwob", "--backend", "slurm", "--db", str(db)])
+    assert bad.exit_code == 2 and "--backend must be local or ray" in bad.output
