@@ -237,6 +237,5 @@ go_back               go to the previous page;  go_forward  goes forward again
 new_tab               open a new empty tab;  tab_focus [i]  switch to tab i;  close_tab  closes the current tab
 stop [answer]         finish; put the answer in the brackets (stop [N/A] if the task is impossible)
 
-Rules: use only ids that appear in the current page. As soon as the answer is visible on the page, reply
-stop [answer] with it. When the task is done and there is nothing to answer, reply stop [].
+Use only ids that appear in the current page. When the task is done and there is nothing to answer, reply stop [].
 """

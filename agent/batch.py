@@ -39,6 +39,7 @@ class AgentSettings:
     reasoning: bool = False
     int8: bool = False
     max_steps: int = 30
+    dtype: str = "fp32"  # a concrete name (bf16, fp16, fp32): the CLI resolves `auto` before a run is recorded
 
 
 def check_policy_names(names: Sequence[str], overrides: dict[str, str]) -> None:
@@ -60,15 +61,16 @@ def run_config(policy: str, settings: AgentSettings) -> tuple[str, dict[str, Any
 
     config = get_policy(policy, settings.overrides).to_dict()
     config["agent"] = {"constrained": settings.constrained, "reasoning": settings.reasoning, "int8": settings.int8,
-                       "max_steps": settings.max_steps}  # fmt: skip
+                       "max_steps": settings.max_steps, "dtype": settings.dtype}  # fmt: skip
     return settings.model, config
 
 
-def load_model(name: str, int8: bool = False) -> tuple[Any, Any]:
-    """`confkv.models.load`, optionally with dynamic INT8 Linear layers (a CPU speed-up, see `quantize_int8`)."""
+def load_model(name: str, int8: bool = False, dtype: str | None = None) -> tuple[Any, Any]:
+    """`confkv.models.load` in `dtype`, optionally with dynamic INT8 Linear layers (a CPU speed-up, see
+    `quantize_int8`; those keep fp32 activations, so INT8 implies fp32)."""
     from confkv.models import load
 
-    model, tokenizer = load(name)
+    model, tokenizer = load(name, dtype="fp32" if int8 else dtype)
     if int8:
         model = quantize_int8(model)
     return model, tokenizer
@@ -104,7 +106,7 @@ class Worker:
         from confkv.policies import get_policy
 
         if self._model is None:
-            self._model = load_model(self.settings.model, self.settings.int8)
+            self._model = load_model(self.settings.model, self.settings.int8, self.settings.dtype)
         model, tokenizer = self._model
         return ModelPolicy(model, tokenizer, get_policy(policy, self.settings.overrides),
                            constrained=self.settings.constrained, reasoning=self.settings.reasoning,

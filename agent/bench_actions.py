@@ -127,7 +127,7 @@ def run_cases(policy_factory: Callable[[], Any], cases: Sequence[Case]) -> list[
 
 
 def run_bench(model_name: str, modes: Sequence[str] = ("free", "constrained"), precisions: Sequence[str] = ("fp32",
-              "int8"), limit: int | None = None, loader: Callable[[str, bool], tuple[Any, Any]] | None = None,
+              "int8"), limit: int | None = None, loader: Callable[[str, bool, str], tuple[Any, Any]] | None = None,
               progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:  # fmt: skip
     """Accuracy and speed per (precision, mode); returns the JSON report."""
     from agent.batch import load_model
@@ -138,7 +138,7 @@ def run_bench(model_name: str, modes: Sequence[str] = ("free", "constrained"), p
     cases = capture_cases(CASES[:limit] if limit else CASES)
     report: dict[str, Any] = {"model": model_name, "cases": [c.name for c in cases], "configs": {}}
     for precision in precisions:
-        model, tokenizer = loader(model_name, precision == "int8")
+        model, tokenizer = loader(model_name, precision == "int8", "bf16" if precision == "bf16" else "fp32")
         for mode in modes:
             progress(f"{precision} {mode}")
             decisions = run_cases(lambda m=model, t=tokenizer, mode=mode: ModelPolicy(  # noqa: E731

@@ -6,6 +6,8 @@ import json
 
 import typer
 
+from agent.cli_options import checked_dtype, dtype_option
+
 bench = typer.Typer(help="Benchmarks: decode attention kernel, decode speed, memory, quality.", no_args_is_help=True)
 
 CPU_DEFAULT_LENGTHS = "512,1024,2048"
@@ -59,7 +61,7 @@ def kernel(
 def actions(
     model: str = typer.Option("qwen2.5-coder-1.5b", "--model", help="registry name, HF directory or .gguf"),
     modes: str = typer.Option("free,constrained", "--modes", help="comma-separated: free, constrained"),
-    precisions: str = typer.Option("fp32,int8", "--precisions", help="comma-separated: fp32, int8 (dynamic)"),
+    precisions: str = typer.Option("fp32,int8", "--precisions", help="comma-separated: fp32, bf16, int8 (dynamic)"),
     limit: int = typer.Option(None, "--limit", min=1, help="only the first N of the 12 cases"),
     as_json: bool = typer.Option(False, "--json", help="print the full report as JSON"),
 ) -> None:
@@ -70,8 +72,8 @@ def actions(
     prec_list = [p.strip() for p in precisions.split(",") if p.strip()]
     if not mode_list or set(mode_list) - {"free", "constrained"}:
         raise typer.BadParameter(f"--modes must be free and/or constrained, got {modes!r}")
-    if not prec_list or set(prec_list) - {"fp32", "int8"}:
-        raise typer.BadParameter(f"--precisions must be fp32 and/or int8, got {precisions!r}")
+    if not prec_list or set(prec_list) - {"fp32", "bf16", "int8"}:
+        raise typer.BadParameter(f"--precisions must be among fp32, bf16, int8, got {precisions!r}")
     report = run_bench(model, mode_list, prec_list, limit, progress=lambda m: typer.echo(m, err=True))
     if as_json:
         typer.echo(json.dumps(report, indent=2))
@@ -109,6 +111,7 @@ def ppl(
     tokens: int = typer.Option(None, "--tokens", min=8, help="text length [4096 or the model limit; quick 1024]"),
     stride: int = typer.Option(None, "--stride", min=1, help="tokens per call, eviction after each [1; quick 16]"),
     set_: list[str] = typer.Option(None, "--set", help="override of the gated policies, key=value"),
+    dtype: str = dtype_option(),
     out: str = typer.Option("results", "--out", help="results directory"),
     as_json: bool = typer.Option(False, "--json", help="print the results JSON"),
 ) -> None:
@@ -118,7 +121,7 @@ def ppl(
 
     try:
         result, paths = bench_ppl.run(model, quick, out, tokens, stride, _overrides(set_),
-                                      progress=lambda m: typer.echo(m, err=True))
+                                      progress=lambda m: typer.echo(m, err=True), dtype=checked_dtype(dtype))
     except CorpusMissingError as exc:
         raise typer.BadParameter(str(exc)) from exc
     _quality_output(result, paths, bench_ppl.table, as_json)
@@ -132,6 +135,7 @@ def decode(
     repeats: int = typer.Option(3, min=1, help="interleaved repeats (median reported)"),
     quick: bool = typer.Option(False, "--quick", help="contexts 512,2048,4096 and 2 repeats"),
     overrides: list[str] = typer.Option(None, "--set", help="confkv policy override key=value"),
+    dtype: str = dtype_option(),
     out: str = typer.Option("results", "--out", help="directory for the results JSON"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -146,10 +150,11 @@ def decode(
     from confkv.policies import parse_overrides
 
     ctx = _parse_lengths("512,2048,4096" if quick else contexts)
-    mdl, _ = load(model)
+    dtype = checked_dtype(dtype)
+    mdl, _ = load(model, dtype=dtype)
     report = run_decode_bench(mdl, mdl.config.vocab_size, list(ctx), steps, 2 if quick else repeats,
                               parse_overrides(overrides))
-    report["model"] = model
+    report["model"], report["dtype"] = model, dtype
     path = Path(out) / f"decode_{model}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))
@@ -157,7 +162,8 @@ def decode(
         typer.echo(json.dumps(report))
         return
     ups = speedups(report)
-    table = Table(title=f"decode ms/step, {model}, {report['threads']} threads, median of {report['repeats']}")
+    table = Table(title=f"decode ms/step, {model} {dtype}, {report['threads']} threads, median of "
+                        f"{report['repeats']}")
     for col in ("context", "variant", "ms/step", "vs plain", "bookkeeping", "kept tokens", "KV MiB"):
         table.add_column(col, justify="right")
     for r in report["rows"]:
@@ -185,6 +191,7 @@ def niah(
     lengths: str = typer.Option(None, "--lengths", help="context lengths [1K..32K up to the model limit]"),
     depths: str = typer.Option(None, "--depths", help="needle depths in [0,1] [0,.25,.5,.75,1]"),
     set_: list[str] = typer.Option(None, "--set", help="override of the gated policies, key=value"),
+    dtype: str = dtype_option(),
     out: str = typer.Option("results", "--out", help="results directory"),
     as_json: bool = typer.Option(False, "--json", help="print the results JSON"),
 ) -> None:
@@ -195,7 +202,7 @@ def niah(
     lens = _parse_lengths(lengths) if lengths else None
     try:
         result, paths = bench_niah.run(model, quick, out, lens, _floats(depths, "--depths"), _overrides(set_),
-                                       progress=lambda m: typer.echo(m, err=True))
+                                       progress=lambda m: typer.echo(m, err=True), dtype=checked_dtype(dtype))
     except (CorpusMissingError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     _quality_output(result, paths, bench_niah.table, as_json)
@@ -207,6 +214,7 @@ def klshift(
     quick: bool = typer.Option(False, "--quick", help="CPU: 1K tokens, 48 positions"),
     positions: int = typer.Option(None, "--positions", min=4, help="sampled positions [128; quick 48]"),
     ablate: int = typer.Option(256, "--ablate", min=1, help="preceding tokens removed from the context"),
+    dtype: str = dtype_option(),
     out: str = typer.Option("results", "--out", help="results directory"),
     as_json: bool = typer.Option(False, "--json", help="print the results JSON"),
 ) -> None:
@@ -215,7 +223,8 @@ def klshift(
     from confkv.bench.common import CorpusMissingError
 
     try:
-        result, paths = bench_kl.run(model, quick, out, positions, ablate, progress=lambda m: typer.echo(m, err=True))
+        result, paths = bench_kl.run(model, quick, out, positions, ablate, progress=lambda m: typer.echo(m, err=True),
+                                     dtype=checked_dtype(dtype))
     except (CorpusMissingError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     _quality_output(result, paths, bench_kl.table, as_json)
@@ -251,6 +260,66 @@ def memory(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     _quality_output(result, paths, bench_mem.table, as_json)
+
+
+_DTYPE_INTENTS = ("What colour options does the Harbor Lamp come in?", "Open the newest notice and reply 'Thanks'.",
+                  "How many reviews does the second result have?", "Find the cheapest kettle and answer its price.")
+
+
+def _agent_prompts(tokenizer, n: int, tokens: int) -> list[list[int]]:
+    """Agent-shaped prompts: the real system prompt plus a user turn with a synthetic page, cut to `tokens`."""
+    from agent.observation import Observation
+    from agent.prompt import ChatConversation, system_prompt, user_message
+
+    prompts = []
+    for i in range(n):
+        items = "\n".join(f"[{k}] link 'Item {k} of aisle {i}' StaticText '${3 + k % 40}.{k % 100:02d}'"
+                          for k in range(10, 10 + tokens // 8))  # fmt: skip
+        obs = Observation(text=items, url=f"http://127.0.0.1:9999/aisle/{i}", title="Aisle", tabs=["Aisle"],
+                          active_tab=0)
+        chat = ChatConversation(tokenizer, system_prompt())
+        text = chat.user_turn(user_message(_DTYPE_INTENTS[i % len(_DTYPE_INTENTS)], obs, None, 0))
+        ids = tokenizer(text, add_special_tokens=False).input_ids
+        prompts.append(ids[:tokens])
+    return prompts
+
+
+@bench.command("dtype")
+def dtype_bench(
+    model: str = typer.Option("qwen2.5-coder-1.5b", "--model", help="registry name or HF directory"),
+    dtypes: str = typer.Option("fp32,bf16", "--dtypes", help="comma-separated, the first is the reference"),
+    prompts: int = typer.Option(4, "--prompts", min=1, help="agent-shaped prompts (interleaved across dtypes)"),
+    prompt_tokens: int = typer.Option(1024, "--prompt-tokens", min=16, help="tokens per prompt (prefill)"),
+    decode: int = typer.Option(16, "--decode", min=2, help="greedy tokens per prompt"),
+    out: str = typer.Option("results", "--out", help="directory for the results JSON"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """fp32 vs bf16 (etc.) on agent-shaped steps in one run: prefill tok/s, decode ms/token, step time, greedy."""
+    from pathlib import Path
+
+    from confkv.bench.dtype import format_report, run_dtype_bench
+    from confkv.models import load
+    from confkv.models.dtype import resolve_dtype
+
+    names = [d.strip() for d in dtypes.split(",") if d.strip()]
+    for name in names:
+        if name == "auto":
+            raise typer.BadParameter("name concrete dtypes here (e.g. fp32,bf16)", param_hint="--dtypes")
+        checked_dtype(name, announce=False)
+    _, tokenizer = load(model)
+    report = run_dtype_bench(lambda d: load(model, dtype=d)[0], names, _agent_prompts(tokenizer, prompts,
+                             prompt_tokens), decode, progress=lambda m: typer.echo(m, err=True))  # fmt: skip
+    report["model"] = model
+    report["auto_would_pick"] = resolve_dtype("auto")[1]
+    path = Path(out) / f"dtype_{model}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
+    if as_json:
+        typer.echo(json.dumps(report))
+        return
+    for line in format_report(report):
+        typer.echo(line)
+    typer.echo(f"auto: {report['auto_would_pick']}\nresults: {path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -6,6 +6,8 @@ import json
 
 import typer
 
+from agent.cli_options import checked_dtype, dtype_option
+
 
 def _sparkline(values: list[float]) -> str:
     blocks = "▁▂▃▄▅▆▇█"
@@ -48,6 +50,7 @@ def register(app: typer.Typer) -> None:
         ignore_eos: bool = typer.Option(False, "--ignore-eos", help="always generate max-new-tokens tokens"),
         check_plain: bool = typer.Option(False, "--check-plain", help="also run plain model.generate and compare"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+        dtype: str = dtype_option(),
     ) -> None:
         """Generate with a Conf-KV policy and show confidence, budget, kept tokens and KV bytes per step."""
         from rich.console import Console
@@ -66,7 +69,7 @@ def register(app: typer.Typer) -> None:
             err.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from exc
         try:
-            mdl, tok = load(model)
+            mdl, tok = load(model, dtype=checked_dtype(dtype))
         except (FileNotFoundError, ValueError) as exc:
             err.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from exc

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from agent.cli_options import checked_dtype, dtype_option
 from traces import DEFAULT_DB_PATH
 
 if TYPE_CHECKING:
@@ -55,6 +56,15 @@ def _validate(policies: list[str], overrides: list[str] | None, model: str) -> d
     except (PolicyError, UnknownModelError, FileNotFoundError, ValueError) as exc:
         raise _usage_error(str(exc)) from None
     return parsed
+
+
+def _agent_dtype(name: str, int8: bool, policies: list[str]) -> str:
+    """The concrete dtype of this run (printed once; only when a model will be loaded)."""
+    from agent.batch import SCRIPTED
+
+    if int8:
+        return "fp32"  # dynamic INT8 Linear layers keep fp32 activations
+    return checked_dtype(name, announce=any(p != SCRIPTED for p in policies))
 
 
 def _sparkline(values: list[float]) -> str:
@@ -126,6 +136,7 @@ def register(app: typer.Typer) -> None:
         free: bool = typer.Option(False, "--free", help="unconstrained decoding (default: grammar-constrained)"),
         reasoning: bool = typer.Option(False, "--reasoning", help="one line of free reasoning before the action"),
         int8: bool = typer.Option(False, "--int8", help="dynamic INT8 Linear layers (CPU speed-up)"),
+        dtype: str = dtype_option(),
     ) -> None:
         """Run one task with a live view, evaluate it and record it in the trace database."""
         from rich.console import Console
@@ -143,7 +154,7 @@ def register(app: typer.Typer) -> None:
             raise _usage_error(str(exc)) from None
         console = Console(stderr=True)
         settings = AgentSettings(model=model, overrides=parsed, constrained=not free, reasoning=reasoning, int8=int8,
-                                 max_steps=max_steps)  # fmt: skip
+                                 max_steps=max_steps, dtype=_agent_dtype(dtype, int8, [policy]))  # fmt: skip
         console.print(f"task {the_task.task_id}: {the_task.intent}\npolicy {policy}, model "
                       f"{model if policy != 'scripted' else '-'}, up to {max_steps} steps, db {db}")  # fmt: skip
         worker = Worker(db, settings, the_task.sites)
@@ -184,6 +195,7 @@ def register(app: typer.Typer) -> None:
         free: bool = typer.Option(False, "--free", help="unconstrained decoding"),
         reasoning: bool = typer.Option(False, "--reasoning", help="one line of free reasoning before the action"),
         int8: bool = typer.Option(False, "--int8", help="dynamic INT8 Linear layers (CPU speed-up)"),
+        dtype: str = dtype_option(),
     ) -> None:
         """Evaluate tasks x policies; resumable (finished episodes are skipped); prints a per-policy table."""
         from rich.console import Console
@@ -208,7 +220,7 @@ def register(app: typer.Typer) -> None:
         max_steps = max_steps or (10 if suite == "miniwob" else 30)
         console = Console(stderr=True)
         settings = AgentSettings(model=model, overrides=parsed, constrained=not free, reasoning=reasoning, int8=int8,
-                                 max_steps=max_steps)  # fmt: skip
+                                 max_steps=max_steps, dtype=_agent_dtype(dtype, int8, names))  # fmt: skip
         progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             console=console)  # fmt: skip
         bar = progress.add_task("episodes", total=None)

@@ -137,6 +137,7 @@ class ModelPolicy:
         self.step_no = 0
         self.system_tokens = 0
         self.records_seen = 0  # session records already reported (prefill chunks go with the next step)
+        self.history: list[str] = []  # "OK: click [3]" / "FAILED: ..." per previous step, listed in each turn
 
     def begin(self, task_intent: str) -> None:
         """Start an episode: a fresh cache, and a chat holding only the system prompt (the task comes each turn)."""
@@ -151,13 +152,14 @@ class ModelPolicy:
         self.intent = task_intent
         self.step_no = 0
         self.records_seen = 0
-        # Prefill the system prompt now and pin it: the grammar and rules must survive any budget. Each turn then
-        # pins itself while the model decides (see act), so the budget only governs what is kept of older turns.
+        self.history = []
+        # Prefill the system prompt now, pinned before its first chunk runs: the grammar and rules must survive any
+        # budget. Each turn then pins itself before it is appended (see act), so the budget only governs what is
+        # kept of older turns.
         head = self.chat.render(add_generation_prompt=False)
         self.chat.cached_text = head
-        self.session.append(self.tokenizer(head, add_special_tokens=False).input_ids)
+        self.session.append(self.tokenizer(head, add_special_tokens=False).input_ids, pin=True)
         self.system_tokens = self.session.seen
-        self.session.cache.pin([(0, self.system_tokens)])
 
     def _hook(self, observation: Observation) -> ConstrainedDecoder | None:
         if not self.constrained:
@@ -175,7 +177,9 @@ class ModelPolicy:
             raise RuntimeError("call begin(task_intent) before act()")
         session, tok = self.session, self.tokenizer
         intent = self.intent if self.repeat_task else "see above"
-        suffix = self.chat.user_turn(user_message(intent, observation, last_result, self.step_no))
+        if last_result:
+            self.history.append(last_result)
+        suffix = self.chat.user_turn(user_message(intent, observation, last_result, self.step_no, self.history))
         ids = tok(suffix, add_special_tokens=False).input_ids
         session.cache.pin([(0, self.system_tokens), (session.seen, None)])  # the previous turn is released
         t0 = time.perf_counter()

@@ -1,9 +1,11 @@
 """What the model reads: the system prompt for a small model, the per-step user message, and the append-only chat.
 
-Why this shape: a 1.5B model given only the grammar emits prose, repeats its previous action and never answers.
-It does better with one short example per verb, a handful of blunt rules ("exactly one action", "stop [answer] as
-soon as the answer is on the page", "ids from the current page only") and a compact observation with the task
-repeated next to it (the task sits far back in the context, and an evicting cache may have dropped it).
+Why this shape: a 1.5B model given only the grammar emits prose, repeats its previous action and never answers;
+given one example per verb and "stop as soon as the answer is on the page" it answered on the first page every
+time (guessing). So the examples are whole short trajectories that search, open and read before they stop, the
+rules say the first page rarely holds the answer, and every turn lists the agent's own previous actions with their
+results next to the task (the task and older turns sit far back in the context, and an evicting cache may have
+dropped them).
 
 The conversation is append-only: the cache holds every token seen so far, so each turn must only ADD text. We
 render the whole conversation with the tokenizer's chat template, check that the text already in the cache is an
@@ -21,31 +23,42 @@ from agent.actions import ACTION_DOCS
 if TYPE_CHECKING:
     from agent.observation import Observation
 
+# Three short trajectories on made-up sites (none of their names, prices or answers exist on our sites or in
+# tasks/; tests/agent/test_prompt_leaks.py enforces it). They show what a small model skips when given one example
+# per verb: the start page rarely holds the answer, so search or follow links first; check the page you land on;
+# keep facts from earlier pages and come back with go_back.
 FEW_SHOT = """\
-Examples (one per action; ids come from the page you are shown):
-- Task: search for a blue mug. Page has `[5] searchbox 'Search products'` -> type [5] [blue mug] [1]
-- Page has `[14] link 'My Orders'` and the task is about your orders -> click [14]
-- A menu opens on mouse-over at `[8] button 'Categories'` -> hover [8]
-- The field `[6] textbox 'Title'` holds old text you must remove -> clear [6]
-- A dialog is open and must be closed -> press [Escape]
-- The list continues below the visible part of the page -> scroll [down]
-- You need another page of the site you know the address of -> goto [http://127.0.0.1:8001/orders]
-- You opened the wrong page -> go_back
-- Task: "What is the price of the Ironleaf mug?" Page shows `[22] StaticText '$9.95'` -> stop [$9.95]
-- The task asked you to post a comment and it now shows on the page -> stop []
+Example 1, a plant nursery site. Task: What pot size does the Velvet Fern come in?
+  Step 1, page has `[4] searchbox 'Search plants'` -> type [4] [Velvet Fern] [1]
+  Step 2, results show `[21] link 'Velvet Fern'` and `[22] link 'Velvet Fern Starter Kit'` -> click [21]
+  Step 3, the plant's page shows `StaticText 'Pot size: 14 cm'` -> stop [14 cm]
+Example 2, a club noticeboard. Task: Reply "Count me in" to the notice "Lantern walk on Friday".
+  Step 1, page lists `[7] link 'Lantern walk on Friday'` -> click [7]
+  Step 2, page has `[15] textbox 'Your reply'` and `[16] button 'Send reply'` -> type [15] [Count me in] [0]
+  Step 3 -> click [16]
+  Step 4, your reply now shows under the notice -> stop []
+Example 3, a hardware store. Task: Which is cheaper, the Brass Kettle or the Copper Kettle?
+  Step 1 -> type [3] [kettle] [1]
+  Step 2 -> click [12]  (the Brass Kettle page says 'Price: $31.40')
+  Step 3 -> go_back
+  Step 4 -> click [13]  (the Copper Kettle page says 'Price: $27.15')
+  Step 5 -> stop [Copper Kettle]
 """
 
 RULES = """\
 Rules:
 1. Answer with exactly ONE action and nothing else: no explanation, no quotes, no code block.
 2. Use only ids that appear in the CURRENT page below; ids change from page to page.
-3. When the answer to the task is visible on the page, reply stop [answer] right away, with the answer text.
-4. If an action failed, do not repeat it: try a different element or a different action.
+3. The first page rarely shows the answer. Search, or open the link of the item the task names, and read that
+   page. Reply stop [answer] only when the answer is written on the current page or on a page you already read.
+4. If an action failed or the page did not change, do not repeat it: try another element or another action.
+5. Reply stop [N/A] only after you have looked and the task cannot be done on these sites.
 """
 
 REASONING_RULE = (
     "Before the action, write ONE short sentence of reasoning on its own line, then a line `Action: <action>`.\n"
 )
+MAX_HISTORY = 12  # previous actions listed in each turn (the oldest are summarised as a count)
 
 
 def system_prompt(reasoning: bool = False) -> str:
@@ -54,12 +67,20 @@ def system_prompt(reasoning: bool = False) -> str:
     return f"{ACTION_DOCS}\n{FEW_SHOT}\n{rules}" + (REASONING_RULE if reasoning else "")
 
 
-def user_message(task_intent: str, observation: Observation, last_result: str | None, step: int) -> str:
-    """One step's user turn: what happened last, the task (repeated: cheap, and it may have been evicted), the page."""
-    parts = []
-    if last_result:
+def user_message(task_intent: str, observation: Observation, last_result: str | None, step: int,
+                 history: list[str] | None = None) -> str:
+    """One step's user turn: the task (repeated: cheap, and it may have been evicted), the agent's own previous
+    actions with their results (a compact list: the full earlier turns may be evicted), then the page."""
+    parts = [f"Task: {task_intent}"]
+    done = list(history or [])
+    if done:
+        shown = done[-MAX_HISTORY:]
+        first = len(done) - len(shown) + 1
+        lines = [f"{first + i}. {h}" for i, h in enumerate(shown)]
+        skipped = f" ({first - 1} earlier ones not shown)" if first > 1 else ""
+        parts.append("Your previous actions" + skipped + ":\n" + "\n".join(lines))
+    elif last_result:
         parts.append(f"Result of your last action: {last_result}")
-    parts.append(f"Task: {task_intent}")
     parts.append(f"Step {step + 1}. Current page:\n{observation.render()}")
     parts.append("Your next action:")
     return "\n".join(parts)

@@ -97,8 +97,17 @@ class ConfKVCache(Cache):
 
     def pin(self, spans: list[tuple[int, int | None]]) -> None:
         """Replace the pinned position spans `[start, end)` (end None = open-ended): never evicted, and outside the
-        budget. Unpinned tokens become evictable at the next eviction."""
+        budget. Unpinned tokens become evictable at the next eviction.
+
+        When a pin takes effect: at the next eviction, which runs after every forward call (every prefill chunk and
+        every decode step). So pin a span BEFORE appending its tokens (positions need not exist yet): a long append
+        is prefilled in chunks with eviction between them, and a pin set after it comes too late for the early
+        chunks. `ConfKVSession.append(ids, pin=True)` does exactly that."""
         self.pins[:] = [(int(a), None if b is None else int(b)) for a, b in spans]
+
+    def add_pin(self, start: int, end: int | None) -> None:
+        """Pin one more span `[start, end)`, keeping the existing pins (same timing rule as `pin`)."""
+        self.pin([*self.pins, (start, end)])
 
     @property
     def layer_budgets(self) -> list[int] | None:

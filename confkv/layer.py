@@ -126,6 +126,11 @@ class ConfKVLayer(CacheLayerMixin):
     def physical_length(self) -> int:
         return self.fp.n + self.q8.n
 
+    def positions(self) -> torch.Tensor:
+        """Absolute positions of every physically kept token, per KV head `[B, H_kv, T]` (INT8 slots first)."""
+        parts = [s.view("pos") for s in (self.q8, self.fp) if s.n]
+        return torch.cat(parts, dim=2) if parts else torch.empty(0, 0, 0, dtype=torch.long)
+
     def segments(self) -> SegmentedKV:
         """The layer's keys/values for the attention kernel: INT8 slots first, then model-dtype slots."""
         has_q8 = self.q8.n > 0

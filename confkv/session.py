@@ -81,12 +81,19 @@ class ConfKVSession:
                        sum(layer.kv_bytes() for layer in self.cache.layers), token_id)
         )
 
-    def append(self, ids: torch.Tensor | Iterable[int] | str, all_logits: bool = False) -> torch.Tensor:
+    def append(
+        self, ids: torch.Tensor | Iterable[int] | str, all_logits: bool = False, pin: bool = False
+    ) -> torch.Tensor:
         """Run new tokens through the model (chunked); returns the last position's logits `[B, V]`, or with
-        `all_logits=True` every position's logits `[B, L, V]` (for perplexity; costs L x V floats)."""
+        `all_logits=True` every position's logits `[B, L, V]` (for perplexity; costs L x V floats).
+
+        `pin=True` pins the appended span before its first chunk runs, so none of it is ever evicted (pinning
+        after the call would be too late: eviction runs between chunks)."""
         ids = self._as_ids(ids)
         if ids.shape[1] == 0:
             raise ValueError("append() needs at least one token")
+        if pin:
+            self.cache.add_pin(self.seen, self.seen + ids.shape[1])
         chunk = self.policy.prefill_chunk
         kept: list[torch.Tensor] = []
         for lo in range(0, ids.shape[1], chunk):

@@ -65,7 +65,8 @@ class EpisodeActor:
         if ray.get_gpu_ids() and self.worker._model is None:
             from agent.batch import load_model
 
-            model, tokenizer = load_model(self.worker.settings.model, self.worker.settings.int8)
+            settings = self.worker.settings
+            model, tokenizer = load_model(settings.model, settings.int8, settings.dtype)
             self.worker._model = (model.to("cuda"), tokenizer)
 
     def run(self, task: Any, policy: str) -> tuple[str, dict[str, Any], dict[str, list[dict[str, Any]]]]:

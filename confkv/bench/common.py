@@ -158,13 +158,14 @@ def fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
-def load_model(name: str):
-    """A registry model (or HF dir) in eval mode on the GPU when there is one; returns (model, tokenizer)."""
+def load_model(name: str, dtype: str | None = "auto"):
+    """A registry model (or HF dir) in eval mode on the GPU when there is one; returns (model, tokenizer).
+    `dtype` as in `confkv.models.dtype` (auto: bf16 where the hardware has it)."""
     import torch
 
     from confkv.models import load
 
-    model, tokenizer = load(name)
+    model, tokenizer = load(name, dtype=dtype)
     if torch.cuda.is_available():
         model = model.to("cuda")
     model.eval()

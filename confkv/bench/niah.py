@@ -241,11 +241,11 @@ def plot_trace(trace: dict, path) -> None:
 
 def run(model_name: str, quick: bool, out_dir, lengths: tuple[int, ...] | None = None,
         depths: tuple[float, ...] | None = None, overrides: dict[str, str] | None = None,
-        progress: Progress | None = None) -> tuple[dict, list]:
+        progress: Progress | None = None, dtype: str | None = "auto") -> tuple[dict, list]:
     """The `bench niah` command: writes niah-<model>.json, a heatmap PNG and the trace PNG."""
     from confkv.bench.common import corpus_ids, load_model, save_outputs
 
-    model, tokenizer = load_model(model_name)
+    model, tokenizer = load_model(model_name, dtype)
     limit = getattr(model.config, "max_position_embeddings", None) or 32768
     if lengths is None:
         lengths = (512, 1024) if quick else tuple(n for n in (1024, 2048, 4096, 8192, 16384, 32768) if n <= limit)

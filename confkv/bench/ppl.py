@@ -204,12 +204,12 @@ def plot_ppl(result: dict, path) -> None:
 
 def run(
     model_name: str, quick: bool, out_dir, n_tokens: int | None = None, stride: int | None = None,
-    overrides: dict[str, str] | None = None, progress: Progress | None = None,
+    overrides: dict[str, str] | None = None, progress: Progress | None = None, dtype: str | None = "auto",
 ) -> tuple[dict, list]:
     """The `bench ppl` command: load the model and text, run, write `ppl-<model>.json/.png`; returns (result, paths)."""
     from confkv.bench.common import corpus_ids, load_model, save_outputs
 
-    model, tokenizer = load_model(model_name)
+    model, tokenizer = load_model(model_name, dtype)
     limit = getattr(model.config, "max_position_embeddings", None) or 4096
     n = n_tokens or (1024 if quick else min(4096, limit))
     cfg = PplConfig(

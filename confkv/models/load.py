@@ -224,19 +224,21 @@ def resolve(name_or_path: str | os.PathLike[str], progress: Progress = no_progre
 
 def load(
     name_or_path: str | os.PathLike[str],
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
     attn_implementation: str = "sdpa",
     progress: Progress = no_progress,
 ):
     """Load ``(model, tokenizer)`` in eval mode from a registry name, a local HF directory, or a ``.gguf`` file.
 
     A local directory must hold safetensors weights; a ``.gguf`` file is dequantized on every call (slow; pull a
-    named model instead when you can).
+    named model instead when you can). `dtype`: a torch dtype or `auto|bf16|fp16|fp32` (see
+    `confkv.models.dtype`); None = fp32. The cached weights are fp32; the dtype is applied while loading.
     """
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    dtype = torch.float32 if dtype is None else dtype
+    from confkv.models.dtype import resolve_dtype
+
+    dtype, _ = resolve_dtype(dtype)
     path = resolve(name_or_path, progress)
     if path.is_file():
         if path.suffix != ".gguf":

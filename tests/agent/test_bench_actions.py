@@ -32,7 +32,7 @@ def test_bench_runs_every_config_with_a_tiny_model():
     from confkv.testing import tiny_model
     from tests.agent.tiny_chat import tiny_chat_tokenizer
 
-    def loader(name, int8):
+    def loader(name, int8, dtype):
         model, _ = tiny_model("qwen2", max_position_embeddings=32768)
         return (quantize_int8(model) if int8 else model), tiny_chat_tokenizer()
 

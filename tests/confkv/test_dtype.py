@@ -1,0 +1,56 @@
+"""`--dtype auto` picks bf16 only where the hardware runs it natively, and says why."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from confkv.models.dtype import DtypeError, cpu_bf16_flags, dtype_name, resolve_dtype
+
+AMX = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+AVX2 = "processor\t: 0\nflags\t\t: fpu sse avx2 fma\n"
+
+
+def test_auto_on_cpu_follows_the_native_bf16_flags():
+    assert cpu_bf16_flags(AMX) == ["amx_bf16", "avx512_bf16"] and cpu_bf16_flags(AVX2) == []
+    dtype, why = resolve_dtype("auto", "cpu", AMX)
+    assert dtype == torch.bfloat16 and "amx_bf16" in why
+    dtype, why = resolve_dtype("auto", "cpu", AVX2)
+    assert dtype == torch.float32 and "no AMX-BF16" in why
+
+
+def test_explicit_names_aliases_and_errors():
+    assert resolve_dtype("bf16", "cpu", AVX2)[0] == torch.bfloat16  # asked for: honoured even if slow
+    assert resolve_dtype("float16")[0] == torch.float16 and resolve_dtype(None)[0] == torch.float32
+    assert dtype_name(torch.bfloat16) == "bf16" and dtype_name(torch.float32) == "fp32"
+    with pytest.raises(DtypeError, match="expected one of auto, bf16, fp16, fp32"):
+        resolve_dtype("int4")
+
+
+def test_load_applies_the_dtype_to_a_saved_model(tmp_path):
+    from confkv.models import load
+    from confkv.testing import tiny_model
+
+    model, _ = tiny_model("llama")
+    model.save_pretrained(tmp_path / "m", safe_serialization=True)
+    from tests.agent.tiny_chat import tiny_chat_tokenizer
+
+    tiny_chat_tokenizer().save_pretrained(tmp_path / "m")
+    loaded, _ = load(tmp_path / "m", dtype="bf16")
+    assert next(loaded.parameters()).dtype == torch.bfloat16
+    assert next(load(tmp_path / "m")[0].parameters()).dtype == torch.float32
+
+
+def test_dtype_bench_interleaves_and_scores_greedy_agreement():
+    from confkv.bench.dtype import format_report, run_dtype_bench
+    from confkv.testing import tiny_model
+
+    model, _ = tiny_model("llama")
+    models = {"fp32": model, "bf16": tiny_model("llama")[0].to(torch.bfloat16)}
+    prompts = [list(range(5, 45)), list(range(50, 70))]
+    report = run_dtype_bench(models.__getitem__, ["fp32", "bf16"], prompts, decode_tokens=6)
+    fp32, bf16 = report["rows"]
+    assert fp32["greedy_identical"] == 2 and fp32["greedy_prefix_share"] == 1.0 and fp32["step_time_vs_reference"] == 1
+    assert all(len(t) == 6 for t in bf16["tokens"]) and 0 <= bf16["greedy_prefix_share"] <= 1
+    assert fp32["prefill_tok_s"] > 0 and bf16["decode_ms_per_token"] > 0
+    assert "bf16" in format_report(report)[-1]
