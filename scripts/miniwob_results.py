@@ -45,7 +45,7 @@ def main() -> None:
         for p in policies:
             totals[p] += sum(per[p])
     n_all = len(complete)
-    print(f"| **all** | {n_all} episodes | " + " | ".join(f"**{totals[p]}/{n_all}**" for p in policies) + " |")
+    print(f"| **all** | {n_all} (task, seed) | " + " | ".join(f"**{totals[p]}/{n_all}**" for p in policies) + " |")
     if args.out:
         payload = {
             "db": str(args.db), "runs": {str(k): {"model": r["model"], "policy": r["policy"],
