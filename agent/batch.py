@@ -95,13 +95,13 @@ class Worker:
     """Everything an episode needs that is expensive to make: the model, the sites, a store handle."""
 
     def __init__(self, db: str | Path, settings: AgentSettings, site_names: Sequence[str]) -> None:
-        from envs.server import Sites
+        from agent.episode_tasks import start_sites
         from traces.leases import LeaseKeeper
         from traces.store import TraceStore
 
         self.settings = settings
         self.store = TraceStore(db)
-        self.sites = Sites(site_names)
+        self.sites = start_sites(list(site_names))
         self.lease = LeaseKeeper(db, self.store.owner)
         self._model: tuple[Any, Any] | None = None
 
@@ -161,19 +161,14 @@ class Plan:
 def plan(store: Any, tasks: Sequence[Task], policies: Sequence[str], settings: AgentSettings) -> Plan:
     """Find (or create) one run per policy and list the episodes that are not finished yet."""
     run_ids: dict[str, int] = {}
-    pending: list[tuple[Task, str]] = []
-    skipped = 0
+    done: dict[str, set[str]] = {}
     for policy in policies:
         model, config = run_config(policy, settings)
-        run_id = store.start_run(model, policy, config, resume=True)
-        run_ids[policy] = run_id
-        done = store.finished_tasks(run_id)
-        for task in tasks:
-            if str(task.task_id) in done:
-                skipped += 1
-            else:
-                pending.append((task, policy))
-    return Plan(run_ids, pending, skipped)
+        run_ids[policy] = store.start_run(model, policy, config, resume=True)
+        done[policy] = store.finished_tasks(run_ids[policy])
+    # task-major order: an eval stopped halfway has every policy on the same tasks, so its figures compare
+    pending = [(task, p) for task in tasks for p in policies if str(task.task_id) not in done[p]]
+    return Plan(run_ids, pending, len(tasks) * len(policies) - len(pending))
 
 
 def run_batch(
@@ -184,8 +179,12 @@ def run_batch(
     workers: int = 1,
     on_episode: Callable[[dict[str, Any]], None] | None = None,
     on_plan: Callable[[Plan], None] | None = None,
+    backend: str = "local",
+    address: str | None = None,
 ) -> tuple[Plan, TraceSummary]:
-    """Run every unfinished (task, policy) episode; returns the plan and the summary of this eval's runs."""
+    """Run every unfinished (task, policy) episode; returns the plan and the summary of this eval's runs.
+
+    `backend="ray"` runs them on a Ray cluster (`agent.backends.ray`; `address` None = a local Ray)."""
     from traces.store import TraceStore
 
     check_policy_names(policies, settings.overrides)
@@ -197,7 +196,11 @@ def run_batch(
         on_plan(the_plan)
     site_names = sorted({name for task, _ in the_plan.pending for name in task.sites})
     if the_plan.pending:
-        if workers == 1:
+        if backend == "ray":
+            from agent.backends.ray import run_on_ray
+
+            run_on_ray(the_plan, db, settings, site_names, workers, on_episode, address=address)
+        elif workers == 1:
             worker = Worker(db, settings, site_names)
             try:
                 for task, policy in the_plan.pending:

@@ -61,7 +61,8 @@ class Decision:
 def capture_cases(names: Sequence[tuple[str, int]] = CASES, tasks_dir: Path = TASKS_DIR) -> list[Case]:
     """Reach each case's state on freshly reset sites and observe it (one confined browser per case)."""
     from agent.browser import BrowserSession
-    from agent.episode import _open_start_pages, _with_sites
+    from agent.episode import _with_sites
+    from agent.episode_tasks import SiteTask
     from agent.executor import execute
     from agent.observation import observe
     from envs.server import Sites
@@ -74,7 +75,7 @@ def capture_cases(names: Sequence[tuple[str, int]] = CASES, tasks_dir: Path = TA
             task = tasks[file]
             sites.reset()
             with BrowserSession([sites.url(s) for s in task.sites]) as session:
-                _open_start_pages(task, sites, session)
+                SiteTask(task).prepare(session, sites)
                 for line in task.reference_solution[:k]:
                     result = execute(session, _with_sites(parse_action(line), sites.urls), None)
                     if not result.ok:

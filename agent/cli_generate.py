@@ -16,6 +16,25 @@ def _sparkline(values: list[float]) -> str:
     return "".join(blocks[min(int(v * len(blocks)), len(blocks) - 1)] for v in values)
 
 
+def use_chat_template(model: str, tokenizer: object, chat: bool, raw: bool) -> bool:
+    """Whether the prompt goes in as a user turn of the chat template.
+
+    Instruct models answer a bare prompt with an immediate end-of-turn (empty text), so the template is the
+    default for a named chat model (all but gemma3-270m) and for a model directory whose tokenizer has one;
+    `--raw` sends the prompt as is, `--chat` insists on the template."""
+    if chat and raw:
+        raise ValueError("--chat and --raw contradict each other; pass one")
+    if raw:
+        return False
+    if chat:
+        return True
+    from confkv.models import MODELS
+
+    if model in MODELS:
+        return MODELS[model].chat_template
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
 def register(app: typer.Typer) -> None:
     @app.command("generate")
     def generate_cmd(
@@ -25,7 +44,9 @@ def register(app: typer.Typer) -> None:
                                                                "confkv, confkv-pyramid"),
         overrides: list[str] = typer.Option(None, "--set", help="policy override key=value (repeatable)"),
         max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
-        chat: bool = typer.Option(False, "--chat", help="wrap the prompt in the model's chat template"),
+        chat: bool = typer.Option(False, "--chat", help="wrap the prompt in the chat template (default for chat "
+                                                        "models: every named model but gemma3-270m)"),
+        raw: bool = typer.Option(False, "--raw", help="send the prompt as is, without the chat template"),
         ignore_eos: bool = typer.Option(False, "--ignore-eos", help="always generate max-new-tokens tokens"),
         check_plain: bool = typer.Option(False, "--check-plain", help="also run plain model.generate and compare"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
@@ -39,6 +60,9 @@ def register(app: typer.Typer) -> None:
         from confkv.policies import PolicyError, get_policy, parse_overrides
 
         err = Console(stderr=True)
+        if chat and raw:
+            err.print("[red]error:[/] --chat and --raw contradict each other; pass one")
+            raise typer.Exit(2)
         try:
             pol = get_policy(policy, parse_overrides(overrides))
         except PolicyError as exc:
@@ -47,6 +71,11 @@ def register(app: typer.Typer) -> None:
         try:
             mdl, tok = load(model, dtype=checked_dtype(dtype))
         except (FileNotFoundError, ValueError) as exc:
+            err.print(f"[red]error:[/] {exc}")
+            raise typer.Exit(2) from exc
+        try:
+            chat = use_chat_template(model, tok, chat, raw)
+        except ValueError as exc:
             err.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from exc
         result = generate(mdl, tok, prompt, pol, max_new_tokens, chat=chat, ignore_eos=ignore_eos)

@@ -207,7 +207,13 @@ def register(app: typer.Typer) -> None:
 
     @app.command("eval")
     def eval_cmd(
-        tasks: list[Path] = typer.Argument(None, help="task files or folders [default: tasks/]"),
+        tasks: list[Path] = typer.Argument(None, help="task files or folders [default: tasks/] (suite 'tasks')"),
+        suite: str = typer.Option("tasks", "--suite", help="tasks (YAML tasks on our sites) or miniwob (MiniWoB++)"),
+        task_names: str = typer.Option(None, "--tasks", help="miniwob: comma-separated task names "
+                                                             "[default: the 24 of agent.suites.MINIWOB_DEFAULT]"),
+        seeds: int = typer.Option(5, "--seeds", min=1, help="miniwob: seeds 0..N-1 per task"),
+        backend: str = typer.Option("local", "--backend", help="local (processes on this machine) or ray"),
+        address: str = typer.Option(None, "--address", help="ray: cluster address [default: start a local Ray]"),
         policies: str = typer.Option("full,confkv", "--policies", help=f"comma-separated: {_POLICY_HELP}"),
         overrides: list[str] = typer.Option(None, "--set", help="policy override key=value (all policies)"),
         model: str = typer.Option(DEFAULT_AGENT_MODEL, "--model", help="registry name, HF directory or .gguf"),
@@ -215,7 +221,7 @@ def register(app: typer.Typer) -> None:
         db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help="trace database"),
         as_json: bool = typer.Option(False, "--json", help="print the per-policy table as JSON on stdout"),
         limit: int = typer.Option(None, "--limit", min=1, help="only the first N tasks (by task id)"),
-        max_steps: int = typer.Option(30, "--max-steps", min=1),
+        max_steps: int = typer.Option(None, "--max-steps", min=1, help="[default: 30; miniwob: 10]"),
         free: bool = typer.Option(False, "--free", help="unconstrained decoding"),
         reasoning: bool = typer.Option(False, "--reasoning", help="one line of free reasoning before the action"),
         int8: bool = typer.Option(False, "--int8", help="dynamic INT8 Linear layers (CPU speed-up)"),
@@ -225,20 +231,23 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from agent.actions import parse_action
         from agent.batch import AgentSettings, run_batch
-        from envs.taskspec import TaskSpecError, load_tasks
+        from agent.suites import select_tasks
+        from envs.taskspec import TaskSpecError
         from traces.summary import summary_table
 
         names = list(dict.fromkeys(p.strip() for p in policies.split(",") if p.strip()))  # scripted,scripted: once
         parsed = _validate(names, overrides, model, db)
+        if backend not in ("local", "ray"):
+            raise _usage_error(f"--backend must be local or ray, got {backend!r}")
         try:
-            selected = load_tasks(tasks or [TASKS_DIR], parse_step=parse_action)
-        except TaskSpecError as exc:
+            selected = select_tasks(suite, tasks or [TASKS_DIR], task_names, seeds)
+        except (TaskSpecError, ValueError, RuntimeError) as exc:
             raise _usage_error(str(exc)) from None
         if not selected:
             raise _usage_error("no tasks found")
         selected = selected[:limit] if limit else selected
+        max_steps = max_steps or (10 if suite == "miniwob" else 30)
         console = Console(stderr=True)
         settings = AgentSettings(model=model, overrides=parsed, constrained=not free, reasoning=reasoning, int8=int8,
                                  max_steps=max_steps, dtype=_agent_dtype(dtype, int8, names))  # fmt: skip
@@ -257,7 +266,7 @@ def register(app: typer.Typer) -> None:
 
         with progress:
             _, summary = run_batch(selected, names, settings, db, workers=workers, on_episode=on_episode,
-                                   on_plan=on_plan)  # fmt: skip
+                                   on_plan=on_plan, backend=backend, address=address)  # fmt: skip
         if as_json:
             typer.echo(json.dumps(summary.to_json(), indent=2))
         else:

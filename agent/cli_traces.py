@@ -1,4 +1,4 @@
-"""`confkv-agent traces ls|summary`, `confkv-agent replay` and `confkv-agent report`: read the trace database.
+"""`confkv-agent traces ls|summary|browse`, `confkv-agent replay` and `confkv-agent report`: read the trace database.
 
 These commands only read, so they never create a database: a missing or foreign file is a one-line error.
 sqlite-utils, rich rendering and matplotlib are imported inside the commands to keep `--help` fast.
@@ -193,11 +193,23 @@ def report_command(
         typer.echo(str(path))
 
 
+def browse_command(db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP)) -> None:
+    """Browse runs, episodes and steps in a terminal app (plot of the whole episode, side-by-side compare)."""
+    _open(db).close()  # a missing or foreign file is the usual one-line error, before the screen switches
+    try:
+        from traces.browse import TraceBrowser
+    except ImportError as exc:
+        raise _fail(f"the trace browser needs textual and textual-plotext ({exc}); "
+                    "pip install textual textual-plotext") from None  # fmt: skip
+    TraceBrowser(str(db)).run()
+
+
 def register(app: typer.Typer) -> None:
     """Add `traces ls|summary`, `replay` and `report` to the root app."""
     traces_app = typer.Typer(help="Inspect recorded episodes.", no_args_is_help=True)
     traces_app.command("ls")(ls_command)
     traces_app.command("summary")(summary_command)
+    traces_app.command("browse")(browse_command)
     app.add_typer(traces_app, name="traces")
     app.command("replay")(replay_command)
     app.command("report")(report_command)

@@ -23,6 +23,7 @@ from agent.stopping import StopRules
 from traces.records import DecodeToken, StepRecord
 
 if TYPE_CHECKING:
+    from agent.episode_tasks import EpisodeTask
     from agent.model_policy import Agent, StepInfo
     from envs.taskspec import Task
     from traces.store import TraceStore
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 @dataclass
 class EpisodeResult:
     episode_id: int
-    task_id: int
+    task_id: int | str  # "miniwob/<name>/<seed>" for MiniWoB++
     policy: str
     status: str  # "done" (evaluated) or "error"
     success: bool
@@ -75,18 +76,6 @@ class _PeakMemory:
         return None
 
 
-def _open_start_pages(task: Task, sites: Any, session: Any) -> None:
-    from envs.server import login
-
-    if task.require_login:
-        for name in task.sites:
-            login(session.active_page, sites.url(name))
-    for i, url in enumerate(task.start_urls(sites.urls)):
-        page = session.active_page if i == 0 else session.new_tab()
-        page.goto(url, wait_until="load")
-    session.tab_focus(0)
-
-
 def _with_sites(action: Action, urls: dict[str, str]) -> Action:
     """`goto [__SHOPPING__/x]` (as in reference solutions) -> the running site's URL."""
     from envs.server import PLACEHOLDER_RE, expand_url
@@ -108,7 +97,7 @@ def _step_record(step: int, obs: Any, reply: str, info: StepInfo, action: Action
 
 
 def run_episode(
-    task: Task,
+    task: Task | EpisodeTask,
     agent: Agent,
     sites: Any,
     store: TraceStore,
@@ -126,11 +115,11 @@ def run_episode(
 
     `browser`: an open `BrowserSession` to reuse (not closed here; the caller clears it between episodes, e.g.
     `tasks check` runs two episodes in one Chromium); by default each episode gets its own confined browser."""
-    from agent.browser import BrowserSession
+    from agent.episode_tasks import as_episode_task
     from agent.executor import execute
     from agent.observation import observe
-    from envs.evaluators import evaluate
 
+    task = as_episode_task(task)
     if episode_id is None:
         episode_id = store.start_episode(run_id, str(task.task_id), policy=agent.name)
     started = time.monotonic()
@@ -146,14 +135,10 @@ def run_episode(
         )  # fmt: skip
 
     fields: dict[str, Any] = {}
-    session = browser or BrowserSession([sites.url(name) for name in task.sites], headless=not headed,
-                                        screenshots_dir=screenshots_dir)
+    session = browser or task.open_session(sites, not headed, screenshots_dir)
     try:
         with session if browser is None else contextlib.nullcontext(session):
-            if task.require_reset:
-                sites.reset(task.sites)
-            _open_start_pages(task, sites, session)
-            agent.begin(task.intent)
+            agent.begin(task.prepare(session, sites))
             rules = StopRules(max_steps=max_steps)
             last_result: str | None = None
             for step in range(max_steps):
@@ -182,6 +167,8 @@ def run_episode(
                     last_result = f"FAILED: {exec_error}" if exec_error else f"OK: {action.to_text()}"
                 session.screenshot(f"episode{episode_id}_step{step:02d}")
                 step_ms = (time.perf_counter() - t0) * 1000
+                if info.prefill_chunks:
+                    store.add_prefill_chunks(episode_id, step, info.prefill_chunks)
                 if info.tokens:
                     store.add_decode_tokens(episode_id, step, info.tokens)
                 record = _step_record(step, obs, reply, info, action, last_result, parse_error, exec_error, step_ms)
@@ -192,10 +179,13 @@ def run_episode(
                 if done:
                     out.stop_reason = "stop action"
                     break
+                if task.finished(session):
+                    out.stop_reason = "the task page ended the episode"
+                    break
                 if stop_reason:
                     out.stop_reason = stop_reason
                     break
-            evaluation = evaluate(task, out.answer, session.active_page, urls)
+            evaluation = task.evaluate(out.answer, session, sites)
         fields = memory_fields()
         store.add_blocked(episode_id, session.blocked)
         store.finish_episode(episode_id, success=evaluation.passed, score=evaluation.score,

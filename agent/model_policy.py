@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.constrained import ActionGrammar, ConstrainedDecoder, token_index
 from agent.prompt import ChatConversation, system_prompt, user_message
-from traces.records import DecodeToken
+from traces.records import DecodeToken, PrefillChunk
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +46,7 @@ class StepInfo:
     kept_tokens_per_layer: list[int] = field(default_factory=list)
     kv_bytes: int | None = None
     tokens: list[DecodeToken] = field(default_factory=list)  # one row per generated token (trace decode_tokens)
+    prefill_chunks: list[PrefillChunk] = field(default_factory=list)  # this step's prefill calls (system prompt too)
 
 
 @dataclass
@@ -172,9 +173,10 @@ class ModelAgent:
         self.intent = ""
         self.step_no = 0
         self.system_tokens = 0
-        self.history: list[str] = []
+        self.records_seen = 0  # session records already reported (prefill chunks go with the next step)
+        self.history: list[str] = []  # "OK: click [3]" / "FAILED: ..." per previous step, listed in each turn
         self.last_reply: str | None = None
-        self.prefix_reused = False  # whether this episode's system prompt came from the per-process prefix cache  # "OK: click [3]" / "FAILED: ..." per previous step, listed in each turn
+        self.prefix_reused = False  # whether this episode's system prompt came from the per-process prefix cache
 
     def begin(self, task_intent: str) -> None:
         """Start an episode: a fresh cache, and a chat holding only the system prompt (the task comes each turn)."""
@@ -187,6 +189,7 @@ class ModelAgent:
         self.chat = ChatConversation(self.tokenizer, system)
         self.intent = task_intent
         self.step_no = 0
+        self.records_seen = 0
         self.history = []
         self.last_reply = None
         # The system prompt is prefilled pinned (before its first chunk runs: the grammar and rules must survive any
@@ -228,6 +231,9 @@ class ModelAgent:
         t0 = time.perf_counter()
         session.append(ids)
         t1 = time.perf_counter()
+        prefills = [r for r in session.stats.steps[self.records_seen:] if r.kind == "prefill"]
+        chunks = [PrefillChunk(i, r.tokens, min(1.0, max(0.0, float(r.confidence))), r.budget, r.kept_tokens,
+                               r.kv_bytes) for i, r in enumerate(prefills)]  # fmt: skip
         rows: list[DecodeToken] = []
 
         def on_token(token: int, record: Any) -> None:
@@ -250,6 +256,7 @@ class ModelAgent:
         self.chat.assistant_reply(text)
         self.last_reply = text
         self.step_no += 1
+        self.records_seen = len(session.stats.steps)
         memory = session.cache.memory()
         return text, StepInfo(
             raw_output=text,
@@ -262,6 +269,7 @@ class ModelAgent:
             kept_tokens_per_layer=list(memory.kept_tokens),
             kv_bytes=memory.kv_bytes,
             tokens=rows,
+            prefill_chunks=chunks,
         )
 
     def memory(self) -> MemoryFigures | None:

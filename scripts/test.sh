@@ -13,7 +13,7 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,miniwob]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,miniwob,ray]'
 
 .venv/bin/ruff check .
 export TRITON_INTERPRET=1

@@ -77,6 +77,34 @@ class DecodeToken:
         return row
 
 
+@dataclass
+class PrefillChunk:
+    """One prefill call of a step (the cache prefills long appends in chunks and evicts after each): how many
+    tokens went in, the chunk's confidence and the cache right after it. With the decode tokens this gives the
+    whole episode token by token (`traces.episode_plot`)."""
+
+    chunk_index: int
+    tokens: int
+    confidence: float
+    budget: int | None = None  # None: no budget (full cache)
+    kept_tokens: int | None = None
+    kv_bytes: int | None = None
+
+    def to_row(self, episode_id: int, step: int) -> dict[str, Any]:
+        if not isinstance(self.chunk_index, int) or self.chunk_index < 0:
+            raise ValueError(f"chunk_index must be a non-negative int, got {self.chunk_index!r}")
+        if not isinstance(self.tokens, int) or self.tokens < 1:
+            raise ValueError(f"a prefill chunk holds at least one token, got {self.tokens!r}")
+        conf = float(self.confidence)
+        if math.isnan(conf) or not 0.0 <= conf <= 1.0:
+            raise ValueError(f"confidence must be in [0, 1], got {self.confidence!r} (chunk {self.chunk_index})")
+        for name in ("budget", "kept_tokens", "kv_bytes"):
+            _check_non_negative(name, getattr(self, name))
+        row = asdict(self)
+        row.update(episode_id=episode_id, step=step, confidence=conf)
+        return row
+
+
 def _check_non_negative(name: str, value: float | None) -> None:
     if value is not None and value < 0:
         raise ValueError(f"{name} must be >= 0, got {value!r}")

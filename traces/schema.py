@@ -94,6 +94,18 @@ BLOCKED_COLUMNS: dict[str, type] = {
     "what": str,  # the URL, or "proxy: CONNECT host:port" for what only the guard proxy saw
 }
 
+# One row per prefill chunk of a step (system prompt + new turn), before that step's decode tokens.
+PREFILL_CHUNKS_COLUMNS: dict[str, type] = {
+    "episode_id": int,
+    "step": int,
+    "chunk_index": int,  # 0-based within the step
+    "tokens": int,  # tokens prefilled by this chunk
+    "confidence": float,  # mean confidence over the chunk's last positions
+    "budget": int,  # budget in force after the chunk; NULL = no budget (full)
+    "kept_tokens": int,  # tokens kept after the chunk (mean over layers)
+    "kv_bytes": int,
+}
+
 _EPISODES_VIEW = """
 select e.id, e.run_id, r.model, e.policy, e.task_id, e.status, e.success, e.score, e.steps,
        e.peak_kv_bytes, e.full_kv_bytes,
@@ -137,6 +149,12 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
         BLOCKED_COLUMNS, pk="id", foreign_keys=[("episode_id", "episodes", "id")], if_not_exists=True
     )
     db["blocked_requests"].create_index(["episode_id"], if_not_exists=True)
+    db["prefill_chunks"].create(
+        PREFILL_CHUNKS_COLUMNS,
+        pk=("episode_id", "step", "chunk_index"),
+        foreign_keys=[("episode_id", "episodes", "id")],
+        if_not_exists=True,
+    )
     db["runs"].create_index(["run_key"], if_not_exists=True)
     db["episodes"].create_index(["run_id", "task_id"], if_not_exists=True)
     db["episodes"].create_index(["policy"], if_not_exists=True)

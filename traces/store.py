@@ -34,7 +34,7 @@ from traces import DEFAULT_DB_PATH
 from traces.leases import is_stale, owner_id
 from traces.machine import git_revision as current_git_revision
 from traces.machine import machine_info
-from traces.records import DecodeToken, StepRecord
+from traces.records import DecodeToken, PrefillChunk, StepRecord
 from traces.schema import ensure_schema
 from traces.summary import TraceSummary, final_attempts, summarize
 
@@ -243,6 +243,18 @@ class TraceStore:
                 raise TraceStoreError(f"decode tokens of step {step}, episode {episode_id} already recorded") from exc
         return len(table_rows)
 
+    def add_prefill_chunks(self, episode_id: int, step: int, rows: Iterable[PrefillChunk | Mapping[str, Any]]) -> int:
+        """Record the prefill chunks of one step (tokens, confidence, budget, cache size); returns how many."""
+        records = [r if isinstance(r, PrefillChunk) else PrefillChunk(**r) for r in rows]
+        table_rows = [r.to_row(episode_id, step) for r in records]
+        with self._write() as db:
+            self._require_running(episode_id)
+            try:
+                db["prefill_chunks"].insert_all(table_rows)
+            except sqlite3.IntegrityError as exc:
+                raise TraceStoreError(f"prefill chunks of step {step}, episode {episode_id} already recorded") from exc
+        return len(table_rows)
+
     def finish_episode(
         self,
         episode_id: int,
@@ -423,6 +435,16 @@ class TraceStore:
             sql += " and step = ?"
             params.append(step)
         return list(self.db.query(sql + " order by step, token_index", params))
+
+    def prefill_chunks(self, episode_id: int, step: int | None = None) -> list[dict[str, Any]]:
+        """Prefill chunk rows, by step; [] for a database written before the table existed."""
+        if "prefill_chunks" not in self.db.table_names():
+            return []
+        sql, params = "select * from prefill_chunks where episode_id = ?", [episode_id]
+        if step is not None:
+            sql += " and step = ?"
+            params.append(step)
+        return list(self.db.query(sql + " order by step, chunk_index", params))
 
     def summary(
         self, *, run_ids: Iterable[int] | None = None, model: str | None = None, baseline: str = "full"

@@ -119,6 +119,13 @@ def test_tiny_model_drives_an_episode_through_one_live_cache(mug_task, sites, st
         assert max(s["kept_tokens_per_layer"]) <= 400 + policy.system_tokens + s["prefilled_tokens"] + s["output_tokens"]
     tokens = store.decode_tokens(result.episode_id)
     assert tokens and all(0.0 <= t["confidence"] <= 1.0 for t in tokens)
+    # every prefill call is a chunk row: step 0 carries the system prompt's chunks too, each at most 256 tokens
+    chunks = store.prefill_chunks(result.episode_id)
+    for s in steps:
+        mine = [c["tokens"] for c in chunks if c["step"] == s["step"]]
+        assert sum(mine) == s["prefilled_tokens"] + (policy.system_tokens if s["step"] == 0 else 0)
+        assert max(mine) <= 256 and all(c["budget"] in (200, 400) for c in chunks)
+    assert len(chunks) == len([r for r in session.stats.steps if r.kind == "prefill"])
     episode = store.episode(result.episode_id)
     assert 0 < episode["peak_kv_bytes"] < episode["full_kv_bytes"]  # it evicted for real
 

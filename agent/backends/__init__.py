@@ -1,0 +1,1 @@
+"""Ways to run eval episodes beyond this process: `ray` (a Ray cluster)."""

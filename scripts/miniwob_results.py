@@ -1,0 +1,63 @@
+"""Per-task MiniWoB++ success of an `eval --suite miniwob` database, policy beside policy (README + docs/results).
+
+    python scripts/miniwob_results.py runs/miniwob.sqlite --run 3 --run 4 --out docs/results/miniwob.json
+
+Only tasks every selected policy finished on the same seeds are compared (a stopped eval leaves the last task
+half done); the JSON keeps every final attempt as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from traces.store import TraceStore
+from traces.summary import final_attempts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("db", type=Path)
+    parser.add_argument("--run", type=int, action="append", required=True, help="run ids (one per policy)")
+    parser.add_argument("--out", type=Path, help="write the JSON here")
+    args = parser.parse_args()
+    with TraceStore.open_existing(args.db) as store:
+        rows = final_attempts(store.episodes(run_ids=args.run))
+        runs = {r["id"]: r for r in store.runs() if r["id"] in args.run}
+    by_key: dict[tuple[str, int], dict[str, int]] = defaultdict(dict)
+    for row in rows:
+        _, name, seed = str(row["task_id"]).split("/")
+        by_key[(name, int(seed))][row["policy"]] = int(row["success"] or 0)
+    policies = sorted({r["policy"] for r in runs.values()}, key=lambda p: (p != "full", p))
+    complete = {k: v for k, v in by_key.items() if all(p in v for p in policies)}
+    tasks: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for (name, _seed), outcome in sorted(complete.items()):
+        for p in policies:
+            tasks[name][p].append(outcome[p])
+    print("| task | seeds | " + " | ".join(policies) + " |")
+    print("|---|---|" + "---|" * len(policies))
+    totals = {p: 0 for p in policies}
+    for name, per in sorted(tasks.items()):
+        n = len(per[policies[0]])
+        print(f"| {name} | {n} | " + " | ".join(f"{sum(per[p])}/{n}" for p in policies) + " |")
+        for p in policies:
+            totals[p] += sum(per[p])
+    n_all = len(complete)
+    print(f"| **all** | {n_all} (task, seed) | " + " | ".join(f"**{totals[p]}/{n_all}**" for p in policies) + " |")
+    if args.out:
+        payload = {
+            "db": str(args.db), "runs": {str(k): {"model": r["model"], "policy": r["policy"],
+                                                   "config": r["policy_config"]} for k, r in runs.items()},
+            "per_task": {name: {p: per[p] for p in policies} for name, per in sorted(tasks.items())},
+            "totals": {p: {"success": totals[p], "episodes": n_all} for p in policies},
+            "episodes": [{k: r[k] for k in ("task_id", "policy", "status", "success", "steps", "wall_s",
+                                            "peak_kv_bytes", "full_kv_bytes", "eval_reason")} for r in rows],
+        }  # fmt: skip
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
