@@ -37,15 +37,20 @@ class Verb:
     example: str  # quoted in parse errors
     executor: str  # the function in agent.executor that carries it out
     navigates: bool = False  # the executor waits for a navigation it may start
+    fields_only: bool = False  # its target must be a field (`FIELD_ROLES`): the constrained grammar offers no other
+
+
+# Accessibility roles of what `type`/`clear` can act on (the executor's text-field-or-select check, as AX roles).
+FIELD_ROLES = frozenset({"textbox", "searchbox", "combobox", "spinbutton", "listbox", "textarea"})
 
 
 VERB_TABLE: tuple[Verb, ...] = (
     Verb("click", ("target",), "click [id]", "click element id, e.g. click [12]", "click [12]", "_click", True),
     Verb("hover", ("target",), "hover [id]", "move the mouse over element id", "hover [12]", "_hover"),
-    Verb("clear", ("target",), "clear [id]", "empty the field id", "clear [12]", "_clear"),
+    Verb("clear", ("target",), "clear [id]", "empty the field id", "clear [12]", "_clear", fields_only=True),
     Verb("type", ("target", "text", "enter"), "type [id] [text] [1]",
          "replace the content of field id with text, then press Enter (use [0] to not press Enter)",
-         "type [7] [blue shoes] [1]", "_type", True),
+         "type [7] [blue shoes] [1]", "_type", True, fields_only=True),
     Verb("press", ("key",), "press [keys]", "press a key combination, e.g. press [Enter] or press [Control+a]",
          "press [Enter]", "_press", True),
     Verb("scroll", ("direction",), "scroll [down]", "scroll the page down (or scroll [up])", "scroll [down]",

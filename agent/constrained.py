@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from agent.actions import VERB_TABLE, Verb
+from agent.actions import FIELD_ROLES, VERB_TABLE, Verb
 
 SPECIAL_CHARS = "[]"  # with every non-printable char (newlines, tabs, controls): what may end a free segment
 FREE_FORBIDDEN = "[]"  # inside type text / goto url / stop answer (non-printable chars are never free text)
@@ -81,10 +81,16 @@ class ActionGrammar:
         answer_chars: int = 120,
         reasoning_chars: int = 0,
         avoid: dict[str, set[int]] | None = None,
+        roles: dict[int, str] | None = None,
     ) -> None:
         # `avoid`: per verb, target ids it may not take this turn (the agent bans re-typing into the field it just
         # filled; a verb left with no target keeps its full choice rather than becoming impossible).
         self.avoid = {verb: {str(i) for i in ids_} for verb, ids_ in (avoid or {}).items()}
+        # `roles` (observation id -> AX role): verbs marked `fields_only` may only target fields (a page without
+        # any keeps every id, so the verb stays expressible and the executor reports the failure).
+        ids = list(ids)
+        fields = {str(i) for i in ids if roles and roles.get(i) in FIELD_ROLES}
+        self.field_targets = Choice(frozenset(fields)) if fields else None
         # One segment per argument kind of `agent.actions.VERB_TABLE` (a new verb needs no edit here; a new kind does).
         self.arg_segments: dict[str, Segment] = {
             "target": Choice(frozenset(str(i) for i in ids) or frozenset({"0"})),
@@ -115,6 +121,8 @@ class ActionGrammar:
         segments: list[Segment] = [lit(f"{verb.verb} [")]
         for i, kind in enumerate(verb.args):
             seg = self.arg_segments[kind]
+            if kind == "target" and verb.fields_only and self.field_targets is not None:
+                seg = self.field_targets
             if kind == "target" and self.avoid.get(verb.verb) and isinstance(seg, Choice):
                 seg = Choice(seg.options - self.avoid[verb.verb]) if seg.options - self.avoid[verb.verb] else seg
             segments += [seg, lit("] [" if i < len(verb.args) - 1 else "]")]

@@ -214,6 +214,7 @@ class ModelAgent:
         grammar = ActionGrammar(
             observation.nodes or observation.ids, n_tabs=len(observation.tabs),
             reasoning_chars=160 if self.reasoning else 0, avoid=repeat_ban(self.last_reply, last_result),
+            roles={i: role for i, (role, _) in observation.nodes.items()},
         )  # fmt: skip
         return ConstrainedDecoder(grammar, self.index, self.stop_ids, self.max_action_tokens)
 

@@ -121,3 +121,22 @@ def test_the_next_reply_cannot_retype_the_field_just_filled_or_repeat_a_failure(
         assert action.verb == "type" and action.target == 7  # any other field is still fine
     only = ActionGrammar({3}, avoid=ban)  # the banned field is the only one: the ban gives way
     assert parse_action(_decode(tok, index, only, 0, bias=bias)).target == 3
+
+
+def test_type_and_clear_only_target_fields_when_the_page_names_roles(tok, index):
+    type_id = tok.convert_tokens_to_ids("type")
+    bias = torch.zeros(512)
+    bias[type_id] = 100.0
+    roles = {3: "searchbox", 34: "link", 35: "StaticText", 40: "textbox"}
+    grammar = ActionGrammar(roles, roles=roles)
+    targets = {parse_action(_decode(tok, index, grammar, seed, bias=bias)).target for seed in range(12)}
+    assert targets <= {3, 40} and targets  # never the link or the text
+    click_id = tok.convert_tokens_to_ids("click")
+    bias = torch.zeros(512)
+    bias[click_id] = 100.0  # other verbs still reach every id
+    clicked = {parse_action(_decode(tok, index, grammar, seed, bias=bias)).target for seed in range(30)}
+    assert clicked - {3, 40}
+    no_fields = ActionGrammar({34: "link"}, roles={34: "link"})  # no field on the page: type stays expressible
+    bias = torch.zeros(512)
+    bias[type_id] = 100.0
+    assert parse_action(_decode(tok, index, no_fields, 0, bias=bias)).target == 34
