@@ -11,11 +11,14 @@ database scores nothing.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from agent.actions import parse_action
+from agent.cli import app
 from agent.forced import ForcedSpec, budget_policy, forced_specs, run_forced
 from confkv.policies import get_policy
 from confkv.testing import tiny_model
@@ -78,3 +81,24 @@ def test_forced_mode_end_to_end(tiny, tmp_path):
         seen.clear()
         run_forced([long_task], specs, model, tok, "tiny", store, sites, on_result=seen.append)
         assert seen == []  # resumed: everything finished is skipped
+        from traces.report import write_report
+
+        assert tmp_path / "rep" / "forced_frontier.png" in write_report(store, tmp_path / "rep")
+    result = CliRunner().invoke(app, ["traces", "summary", "--db", str(tmp_path / "t.sqlite"), "--json"])
+    assert result.exit_code == 0, result.output
+    forced = json.loads(result.output)["forced"]
+    assert forced["mode"] == "forced" and forced["policies"]["full"]["answer_dnll_long"] == 0.0
+    assert forced["policies"]["sinks"]["broken"] == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--mode", "bogus"], "--mode must be free or forced"),
+    (["--budgets", "128"], "--budgets needs --mode forced"),
+    (["--mode", "forced", "--budgets", "12x"], "comma-separated integers"),
+    (["--mode", "forced", "--policies", "scripted"], "drop 'scripted'"),
+])  # fmt: skip
+def test_forced_cli_rejects_bad_input_before_anything_runs(tmp_path, args, message):
+    result = CliRunner().invoke(app, ["eval", str(TASKS / "shopping_001.yaml"), "--db", str(tmp_path / "t.sqlite"),
+                                      *args])  # fmt: skip
+    assert result.exit_code == 2 and message in result.output
+    assert not (tmp_path / "t.sqlite").exists()
