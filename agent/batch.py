@@ -236,3 +236,34 @@ def _run_parallel(the_plan: Plan, db: str | Path, settings: AgentSettings, site_
             for fut in futures:
                 fut.cancel()
             raise
+
+
+def run_forced_batch(
+    tasks: Sequence[Task],
+    policies: Sequence[str],
+    settings: AgentSettings,
+    db: str | Path,
+    budgets: Sequence[int] = (),
+    on_result: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """`eval --mode forced` (see `agent.forced`): load the model once, serve the tasks' sites, score every
+    unfinished (task, policy[, budget]); returns (run id per label, the forced summary of those runs)."""
+    from agent.forced import forced_specs, run_forced
+    from envs.server import Sites
+    from traces.leases import LeaseKeeper
+    from traces.store import TraceStore
+
+    if SCRIPTED in policies:
+        raise ValueError("--mode forced scores KV policies; 'scripted' has no cache to score")
+    check_policy_names(policies, settings.overrides)
+    model, tokenizer = load_model(settings.model, settings.int8, settings.dtype)
+    specs = forced_specs(policies, settings.overrides, budgets, model)
+    agent = {"constrained": settings.constrained, "reasoning": settings.reasoning, "int8": settings.int8,
+             "dtype": settings.dtype}  # fmt: skip
+    with TraceStore(db) as store, Sites(sorted({n for t in tasks for n in t.sites})) as sites:
+        lease = LeaseKeeper(db, store.owner)
+        try:
+            run_ids = run_forced(tasks, specs, model, tokenizer, settings.model, store, sites, agent, on_result)
+        finally:
+            lease.close()
+        return run_ids, store.forced_summary(run_ids=run_ids.values())

@@ -226,6 +226,10 @@ def register(app: typer.Typer) -> None:
         reasoning: bool = typer.Option(False, "--reasoning", help="one line of free reasoning before the action"),
         int8: bool = typer.Option(False, "--int8", help="dynamic INT8 Linear layers (CPU speed-up)"),
         dtype: str = dtype_option(),
+        mode: str = typer.Option("free", "--mode", help="free (the agent decides) or forced (reference trajectory "
+                                 "teacher-forced: per-policy NLL of actions and answers, agent.forced)"),
+        budgets: str = typer.Option(None, "--budgets", help="forced mode: comma-separated KV budgets in tokens "
+                                    "(matched in bytes), each evicting policy at each"),
     ) -> None:
         """Evaluate tasks x policies; resumable (finished episodes are skipped); prints a per-policy table."""
         from rich.console import Console
@@ -240,6 +244,7 @@ def register(app: typer.Typer) -> None:
         parsed = _validate(names, overrides, model, db)
         if backend not in ("local", "ray"):
             raise _usage_error(f"--backend must be local or ray, got {backend!r}")
+        budget_list = _budgets(mode, budgets, names)
         try:
             selected = select_tasks(suite, tasks or [TASKS_DIR], task_names, seeds)
         except (TaskSpecError, ValueError, RuntimeError) as exc:
@@ -264,6 +269,9 @@ def register(app: typer.Typer) -> None:
             mark = "ok" if result["success"] else marks.get(result["status"], "fail")
             progress.update(bar, advance=1, description=f"task {result['task_id']} {result['policy']}: {mark}")
 
+        if mode == "forced":
+            _eval_forced(selected, names, settings, db, budget_list, as_json, console)
+            return
         with progress:
             _, summary = run_batch(selected, names, settings, db, workers=workers, on_episode=on_episode,
                                    on_plan=on_plan, backend=backend, address=address)  # fmt: skip
@@ -271,3 +279,43 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(summary.to_json(), indent=2))
         else:
             Console().print(summary_table(summary))
+
+
+def _budgets(mode: str, raw: str | None, names: list[str]) -> list[int]:
+    """`--mode` and `--budgets` checked before anything runs."""
+    if mode not in ("free", "forced"):
+        raise _usage_error(f"--mode must be free or forced, got {mode!r}")
+    if mode == "forced" and "scripted" in names:
+        raise _usage_error("--mode forced scores KV policies; drop 'scripted' from --policies")
+    if raw is None:
+        return []
+    if mode != "forced":
+        raise _usage_error("--budgets needs --mode forced")
+    try:
+        values = [int(b) for b in raw.split(",") if b.strip()]
+    except ValueError:
+        raise _usage_error(f"--budgets expects comma-separated integers, got {raw!r}") from None
+    if not values or min(values) < 16:
+        raise _usage_error(f"--budgets values must be integers >= 16, got {raw!r}")
+    return sorted(set(values))
+
+
+def _eval_forced(tasks: list[Any], names: list[str], settings: Any, db: Path, budgets: list[int], as_json: bool,
+                 console: Any) -> None:
+    from rich.console import Console
+
+    from agent.batch import run_forced_batch
+    from traces.forced import forced_json, forced_table
+
+    def on_result(r: dict[str, Any]) -> None:
+        what = r.get("reason") if r["status"] != "done" else f"answer NLL {r.get('answer_nll')}"
+        console.print(f"task {r['task_id']} {r['policy']}: {r['status']} {what}", markup=False, highlight=False)
+
+    try:
+        _, summary = run_forced_batch(tasks, names, settings, db, budgets, on_result)
+    except ValueError as exc:
+        raise _usage_error(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps(forced_json(summary), indent=2))
+    else:
+        Console().print(forced_table(summary))

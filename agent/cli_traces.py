@@ -123,19 +123,25 @@ def summary_command(
     model: str | None = typer.Option(None, "--model", help="Only runs of this model."),
     as_json: bool = typer.Option(False, "--json", help="Print {policies: {name: {...}}} as JSON."),
 ) -> None:
-    """Per-policy success, retention and KV memory vs `full` (the table `eval` prints)."""
+    """Per-policy success, retention and KV memory vs `full` (the table `eval` prints); forced-mode runs get their
+    own table (answer/action ΔNLL vs `full`)."""
     from rich.console import Console
 
+    from traces.forced import forced_json, forced_table
     from traces.summary import summary_table
 
     with _open(db) as store:
         summary = store.summary(run_ids=run or None, model=model)
+        forced = store.forced_summary(run_ids=run or None)  # `eval --mode forced` runs: their own table
     if as_json:
-        typer.echo(json.dumps(summary.to_json(), indent=2))
-    elif not summary.policies:
+        typer.echo(json.dumps({**summary.to_json(), **({"forced": forced_json(forced)} if forced else {})}, indent=2))
+    elif not summary.policies and not forced:
         typer.echo(f"no finished episodes in {db}")
     else:
-        Console().print(summary_table(summary))
+        if summary.policies:
+            Console().print(summary_table(summary))
+        if forced:
+            Console().print(forced_table(forced))
 
 
 def replay_command(

@@ -218,17 +218,30 @@ class ModelAgent:
         )  # fmt: skip
         return ConstrainedDecoder(grammar, self.index, self.stop_ids, self.max_action_tokens)
 
-    def act(self, observation: Observation, last_result: str | None) -> tuple[str, StepInfo]:
-        """Append the new turn (only its tokens), decode one reply, record per-token confidence and cache size."""
+    def open_turn(self, observation: Observation, last_result: str | None) -> list[int]:
+        """The new turn's token ids (previous reply's end marker, user message, assistant header), with the pins set
+        for it; the caller appends them. Shared by `act` and the trajectory-forced eval (`agent.forced`), so both
+        feed the cache exactly the same turns."""
         if self.session is None or self.chat is None:
             raise RuntimeError("call begin(task_intent) before act()")
-        session, tok = self.session, self.tokenizer
         intent = self.intent if self.repeat_task else "see above"
         if last_result:
             self.history.append(last_result)
         suffix = self.chat.user_turn(user_message(intent, observation, last_result, self.step_no, self.history))
-        ids = tok(suffix, add_special_tokens=False).input_ids
-        session.cache.pin([(0, self.system_tokens), (session.seen, None)])  # the previous turn is released
+        self.session.cache.pin([(0, self.system_tokens), (self.session.seen, None)])  # the previous turn is released
+        return self.tokenizer(suffix, add_special_tokens=False).input_ids
+
+    def close_turn(self, text: str) -> None:
+        """Record the reply the cache now holds (stop token excluded) and advance the step counter."""
+        assert self.chat is not None
+        self.chat.assistant_reply(text)
+        self.last_reply = text
+        self.step_no += 1
+
+    def act(self, observation: Observation, last_result: str | None) -> tuple[str, StepInfo]:
+        """Append the new turn (only its tokens), decode one reply, record per-token confidence and cache size."""
+        session, tok = self.session, self.tokenizer
+        ids = self.open_turn(observation, last_result)
         t0 = time.perf_counter()
         session.append(ids)
         t1 = time.perf_counter()
@@ -254,9 +267,7 @@ class ModelAgent:
         t2 = time.perf_counter()
         in_cache = generated[:-1] if generated and generated[-1] in self.stop_ids else generated
         text = tok.decode(in_cache, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        self.chat.assistant_reply(text)
-        self.last_reply = text
-        self.step_no += 1
+        self.close_turn(text)
         self.records_seen = len(session.stats.steps)
         memory = session.cache.memory()
         return text, StepInfo(

@@ -3,7 +3,8 @@
 1. confidence and budget over an episode's decoding tokens (does the budget follow confidence?),
 2. KV bytes over steps per policy (how fast does each cache grow across a long episode?),
 3. success vs peak KV memory per policy (what does the memory saving cost in success?);
-   episodes without memory measurements (the `scripted` reference replays) get a plain success-rate bar chart.
+   episodes without memory measurements (the `scripted` reference replays) get a plain success-rate bar chart;
+4. for `eval --mode forced` runs, the memory frontier: answer ΔNLL vs mean and peak KV bytes (`traces.forced`).
 
 Uses `matplotlib.figure.Figure` directly (Agg canvas, no pyplot): no global backend state, safe in any process.
 """
@@ -19,6 +20,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from traces.forced import forced_rows, plot_frontier
 from traces.replay import budget_expansions
 from traces.store import TraceStore
 from traces.summary import BASELINE_POLICY, final_attempts, summarize
@@ -209,7 +211,10 @@ def write_report(
     run_ids = None if run_ids is None else list(run_ids)
     ids = list(episode_ids) if episode_ids is not None else default_episodes_to_plot(store, run_ids)
     written = [plot_confidence_budget(store, i, out / f"confidence_budget_episode_{i}.png") for i in ids]
-    finished = list(final_attempts(store.episodes(run_ids=run_ids)))
+    forced = forced_rows(store.db, run_ids)  # `eval --mode forced`: the memory frontier, not success
+    if any(not r["broken"] for r in forced):
+        written.append(plot_frontier(forced, out / "forced_frontier.png"))
+    finished = [e for e in final_attempts(store.episodes(run_ids=run_ids)) if e["mode"] != "forced"]
     steps = {e["id"]: store.steps(e["id"]) for e in finished}
     if any(s["kv_bytes"] is not None for rows in steps.values() for s in rows):
         written.append(plot_kv_by_policy(finished, steps, out / "kv_bytes_by_policy.png"))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sqlite_utils
 
+from traces.forced import ensure_forced_schema
+
 SCHEMA_VERSION = 1
 EPISODE_STATUSES = ("running", "done", "error")
 
@@ -23,6 +25,7 @@ RUNS_COLUMNS: dict[str, type] = {
     "git_revision": str,  # commit hash, "+dirty" when the tree had uncommitted changes; NULL outside git
     "machine": str,  # JSON: cpu, cores, torch version, cuda device (NULL without GPU), python, platform
     "notes": str,
+    "mode": str,  # "free" (the agent decides) or "forced" (reference trajectory teacher-forced, agent.forced)
 }
 
 # One row per attempt at a task; a crashed attempt stays as status 'error' and a rerun gets a new row.
@@ -129,10 +132,11 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
         not_null=["run_id", "task_id", "policy", "status", "started"],
         if_not_exists=True,
     )
-    have = set(db["episodes"].columns_dict)
-    for name, kind in EPISODES_COLUMNS.items():  # databases written before a column existed gain it
-        if name not in have:
-            db["episodes"].add_column(name, kind)
+    for table, columns in (("runs", RUNS_COLUMNS), ("episodes", EPISODES_COLUMNS)):
+        have = set(db[table].columns_dict)
+        for name, kind in columns.items():  # databases written before a column existed gain it
+            if name not in have:
+                db[table].add_column(name, kind)
     db["steps"].create(
         STEPS_COLUMNS,
         pk=("episode_id", "step"),
@@ -155,6 +159,7 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
         foreign_keys=[("episode_id", "episodes", "id")],
         if_not_exists=True,
     )
+    ensure_forced_schema(db)
     db["runs"].create_index(["run_key"], if_not_exists=True)
     db["episodes"].create_index(["run_id", "task_id"], if_not_exists=True)
     db["episodes"].create_index(["policy"], if_not_exists=True)

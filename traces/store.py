@@ -39,7 +39,7 @@ from traces.schema import ensure_schema
 from traces.summary import TraceSummary, final_attempts, summarize
 
 _AUTO: Any = object()  # sentinel: "detect it" (git revision, machine info)
-_EPISODE_SELECT = "select e.*, r.model from episodes e join runs r on r.id = e.run_id"
+_EPISODE_SELECT = "select e.*, r.model, coalesce(r.mode, 'free') as mode from episodes e join runs r on r.id = e.run_id"
 
 
 class TraceStoreError(RuntimeError):
@@ -122,6 +122,7 @@ class TraceStore:
         *,
         notes: str | None = None,
         resume: bool = False,
+        mode: str = "free",
         git_revision: str | None = _AUTO,
         machine: Mapping[str, Any] | None = _AUTO,
     ) -> int:
@@ -159,6 +160,7 @@ class TraceStore:
                         "git_revision": revision,
                         "machine": machine_json,
                         "notes": notes,
+                        "mode": mode,
                     }
                 )
                 .last_pk
@@ -449,8 +451,16 @@ class TraceStore:
     def summary(
         self, *, run_ids: Iterable[int] | None = None, model: str | None = None, baseline: str = "full"
     ) -> TraceSummary:
-        """Per-policy summary of the selected runs' final attempts (see `traces.summary`)."""
-        return summarize(final_attempts(self.episodes(run_ids=run_ids, model=model)), baseline=baseline)
+        """Per-policy summary of the selected free-running runs' final attempts (see `traces.summary`); forced runs
+        have their own (`forced_summary`)."""
+        free = [e for e in self.episodes(run_ids=run_ids, model=model) if e["mode"] != "forced"]
+        return summarize(final_attempts(free), baseline=baseline)
+
+    def forced_summary(self, *, run_ids: Iterable[int] | None = None) -> dict[str, Any]:
+        """Per-policy trajectory-forced scores (see `traces.forced`); empty without forced runs."""
+        from traces.forced import forced_rows, summarize_forced
+
+        return summarize_forced(forced_rows(self.db, run_ids))
 
 
 def _decode_run(row: dict[str, Any]) -> dict[str, Any]:
