@@ -164,13 +164,14 @@ def decode(
     ups = speedups(report)
     table = Table(title=f"decode ms/step, {model} {dtype}, {report['threads']} threads, median of "
                         f"{report['repeats']}")
-    for col in ("context", "variant", "ms/step", "vs plain", "bookkeeping", "kept tokens", "KV MiB"):
+    for col in ("context", "variant", "ms/step", "vs plain", "bookkeeping", "kept tokens", "KV MiB", "prefill tok/s"):
         table.add_column(col, justify="right")
     for r in report["rows"]:
         share = "" if r["bookkeeping_share"] is None else f"{100 * r['bookkeeping_share']:.1f}%"
+        pre = "" if not r.get("prefill_tokens_per_s") else f"{r['prefill_tokens_per_s']:.0f}"
         table.add_row(str(r["context"]), r["variant"], f"{r['ms_per_step']:.1f}",
                       f"{ups[r['context']][r['variant']]:.2f}x", share, str(r["kept_tokens"]),
-                      f"{r['kv_bytes'] / 2**20:.1f}")
+                      f"{r['kv_bytes'] / 2**20:.1f}", pre)
     Console().print(table)
     typer.echo(f"results: {path}")
 

@@ -127,7 +127,7 @@ class ConfKVCache(Cache):
         budgets = self._layer_budgets
         for i, layer in enumerate(self.layers):
             budget = None if budgets is None else budgets[i]
-            layer.capacity_hint = budget
+            layer.capacity_hint = None if budget is None else budget + self.policy.slack
             self.policy.apply(layer, self.rankers[i], budget, self.pins)
         self.bookkeeping_s += time.perf_counter() - t0
 

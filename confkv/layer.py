@@ -55,7 +55,7 @@ class ConfKVLayer(CacheLayerMixin):
         self.evicts = evicts  # kept positions may differ per head (so prefill cannot share one sdpa mask)
         self.record_evictions = record_evictions
         self.on_update = on_update  # the cache checks it is attached and keeps its peak accounting
-        self.capacity_hint: int | None = None  # the last budget: caps geometric growth of the model-dtype store
+        self.capacity_hint: int | None = None  # the last budget + slack: caps geometric growth of the model-dtype store
         self.fp = SlotStore()
         self.q8 = SlotStore()
         self.seen = 0
@@ -64,6 +64,7 @@ class ConfKVLayer(CacheLayerMixin):
         self.mass: torch.Tensor | None = None  # the call's per-query-head mass [B, H_q, Tq+Tf], set by attention
         self.evictions: list[tuple[torch.Tensor, int]] = []  # (evicted positions [B,H,k], last query pos that saw them)
         self._slot_bytes: tuple[int, int] | None = None  # bytes per slot: model-dtype K+V, INT8 K+V+scales
+        self.pin_state: tuple[tuple, int] | None = None  # (pins, kept pinned tokens): see `policy.pinned_count`
 
     # -- transformers CacheLayerMixin ----------------------------------------------------------------------------
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -106,6 +107,7 @@ class ConfKVLayer(CacheLayerMixin):
         self.fp, self.q8, self.seen, self.q_pos, self.mass, self.new_tokens = SlotStore(), SlotStore(), 0, None, None, 0
         self.evictions = []
         self._slot_bytes = None
+        self.pin_state = None
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         raise NotImplementedError("Conf-KV does not support beam search (per-head eviction state is not reordered)")

@@ -93,10 +93,17 @@ class Protection:
 @dataclass(frozen=True)
 class Storage:
     """Tokens older than the `int8_after` most recent ones are INT8 (None = model dtype throughout); long inputs are
-    prefilled in chunks of `prefill_chunk` with eviction after each (bounds the prefill peak)."""
+    prefilled in chunks of `prefill_chunk` with eviction after each (bounds the prefill peak).
+
+    `slack` amortises the storage work: a layer may run `slack` tokens over its budget (and the model-dtype window
+    `slack` tokens over `int8_after`) before one pass evicts down to the budget (and migrates down to the window).
+    So right after any forward, physical length <= budget + slack (+ pinned tokens), and right after an eviction
+    pass it is exactly the budget; with `slack=0` every forward evicts (the exact budget, the old behaviour). A
+    decode step then costs the ranking, top-k and compaction once per `slack + 1` steps instead of every step."""
 
     int8_after: int | None = None
     prefill_chunk: int = 512
+    slack: int = 32
 
 
 _PARTS = {"gate": Gate, "ranking": RankerSpec, "protection": Protection, "storage": Storage}
@@ -206,6 +213,7 @@ class KVPolicy:
             raise PolicyError("int8_after must be >= 1 (or None to disable INT8)")
         if self.storage.prefill_chunk < 1:
             raise PolicyError("prefill_chunk must be >= 1")
+        in_range("slack", 0)
         self.ranking.build()
         return self
 
@@ -234,8 +242,10 @@ class KVPolicy:
         return (pos < self.protection.sinks) | (pos > now - self.protected) | pinned_mask(pos, pins)
 
     def apply(self, layer: ConfKVLayer, ranker: Ranker, budget: int | None, pins: Spans) -> None:
-        """One layer's eviction step after a forward: seed and fold the ranker's accumulators, quantize what fell out
-        of the model-dtype window, evict down to `budget` (+ pinned tokens, which sit outside it), shrink storage."""
+        """One layer's eviction step after a forward: seed and fold the ranker's accumulators; once the layer is more
+        than `slack` tokens over its budget (or its model-dtype window `slack` over `int8_after`), quantize what fell
+        out of the window and evict down to `budget` (+ pinned tokens, which sit outside it), then shrink storage.
+        No host sync on a step that does not evict (counts are kept on the host)."""
         new = layer.new_tokens
         if new:
             old = layer.acc_before_new()
@@ -247,19 +257,20 @@ class KVPolicy:
             if n_q8:
                 ranker.accumulate(layer.q8.view("acc"), mass[:, :, :n_q8])
             ranker.accumulate(layer.fp.view("acc"), mass[:, :, n_q8:])
+        slack = self.storage.slack
         window = self.storage.int8_after
-        if window is not None and layer.fp.n > window:
-            layer.quantize_oldest(layer.fp.n - window, capacity=None if budget is None else budget + 1)
-        if budget is None:
+        n_pinned = pinned_count(layer, pins, new) if pins and budget is not None else 0
+        over = budget is not None and layer.physical_length - n_pinned > budget + slack
+        if window is not None and layer.fp.n > window and (over or layer.fp.n > window + slack):
+            layer.quantize_oldest(layer.fp.n - window, capacity=None if budget is None else budget + slack + 1)
+        if not over:
             return
-        self._evict(layer, ranker, budget, pins)
-        # Keep room for the next decode token; free the rest (e.g. after the gate dropped n_high -> n_low).
-        layer.fit(fp_slots=(window or budget) + 1, q8_slots=max(budget - layer.fp.n, 0) + 1)
+        self._evict(layer, ranker, budget, pins, n_pinned)
+        # Keep room for the next `slack + 1` tokens; free the rest (e.g. after the gate dropped n_high -> n_low).
+        fp_room = (window if window is not None else budget) + slack + 1
+        layer.fit(fp_slots=fp_room, q8_slots=max(budget - layer.fp.n, 0) + slack + 1)
 
-    def _evict(self, layer: ConfKVLayer, ranker: Ranker, budget: int, pins: Spans) -> None:
-        n_pinned = 0
-        if pins:  # pinned positions are shared by all heads: count them on one head
-            n_pinned = int(sum(pinned_mask(s.view("pos")[:1, :1], pins).sum() for s in (layer.q8, layer.fp) if s.n))
+    def _evict(self, layer: ConfKVLayer, ranker: Ranker, budget: int, pins: Spans, n_pinned: int) -> None:
         excess = layer.physical_length - budget - n_pinned
         if excess <= 0:
             return
@@ -268,13 +279,42 @@ class KVPolicy:
         pos = store.view("pos")
         protected = self.protected_mask(pos, now, pins)
         scores = ranker.rank(store.view("acc"), pos, now).float().masked_fill(protected, float("inf"))
-        evictable = int((~protected).sum(dim=-1).min())
-        if evictable < excess:
-            raise RuntimeError(
-                f"layer {layer.layer_idx}: must evict {excess} tokens but only {evictable} are evictable "
-                f"(budget {budget}, sinks {self.protection.sinks}, protected {self.protected})"
-            )
+        # At most sinks + window + pinned slots are protected: only when that bound leaves too little room is the
+        # exact count read from the device (a host sync).
+        if excess > store.n - (self.protection.sinks + self.protected + n_pinned):
+            evictable = int((~protected).sum(dim=-1).min())
+            if evictable < excess:
+                raise RuntimeError(
+                    f"layer {layer.layer_idx}: must evict {excess} tokens but only {evictable} are evictable "
+                    f"(budget {budget}, sinks {self.protection.sinks}, protected {self.protected})"
+                )
         layer.evict(store, scores.topk(excess, dim=-1, largest=False).indices)
+
+
+def pinned_count(layer: ConfKVLayer, pins: Spans, new: int) -> int:
+    """Kept pinned tokens of a layer (counted on one head: pins are shared), without a host sync per step.
+
+    Pinned tokens are never evicted while their pin holds, so the count only grows by the new tokens that fall in
+    a pin (host arithmetic). It is read from the device once each time the pin list changes."""
+    key = tuple(pins)
+    if layer.pin_state is None or layer.pin_state[0] != key:
+        count = int(sum(pinned_mask(s.view("pos")[:1, :1], pins).sum() for s in (layer.q8, layer.fp) if s.n))
+    else:
+        count = layer.pin_state[1] + covered(pins, layer.seen - new, layer.seen)
+    layer.pin_state = (key, count)
+    return count
+
+
+def covered(pins: Spans, lo: int, hi: int) -> int:
+    """How many positions of `[lo, hi)` lie in the union of the pinned spans."""
+    spans = sorted((max(a, lo), hi if b is None else min(b, hi)) for a, b in pins)
+    total, reach = 0, lo
+    for a, b in spans:
+        a = max(a, reach)
+        if b > a:
+            total += b - a
+            reach = b
+    return total
 
 
 def pinned_mask(pos: torch.Tensor, pins: Spans) -> torch.Tensor:

@@ -6,6 +6,10 @@ machine noise hits all of them alike; the per-step figure is the median over rep
 The policy's own bookkeeping (EMA, INT8 migration, ranking, compaction, and the confidence of each step) is timed
 inside the cache and session and reported as a share of the step. Attention-mass output is part of the attention
 call and is not separated here (see `bench kernel` for its cost).
+
+Prefill: `full` and `confkv` append the context in `prefill_chunk`-token chunks (the agent's shape, eviction after
+every chunk for confkv); that append is timed too and reported as prefill tokens/s (plain prefills in one forward
+and is not comparable, so it has none). On CUDA every variant synchronises before each clock read.
 """
 
 from __future__ import annotations
@@ -30,33 +34,48 @@ class DecodeRow:
     bookkeeping_share: float | None
     kept_tokens: int
     kv_bytes: int
+    prefill_tokens_per_s: float | None = None
+
+
+def _clock(device: torch.device) -> float:
+    """perf_counter after the device finished its queued work (CUDA launches are asynchronous)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def _plain(model, ids: torch.Tensor, steps: int) -> tuple[float, int, int]:
     cache = DynamicCache(config=model.config)
+    device = next(model.parameters()).device
+    ids = ids.to(device)
     with torch.no_grad():
         model(ids, cache=cache, use_cache=True, logits_to_keep=1)
         start = ids.shape[1]
-        t0 = time.perf_counter()
+        t0 = _clock(device)
         for i in range(steps):
             tok = ids[:, i : i + 1]
-            model(tok, cache=cache, use_cache=True, position_ids=torch.tensor([[start + i]]))
-        dt = time.perf_counter() - t0
+            model(tok, cache=cache, use_cache=True, position_ids=torch.tensor([[start + i]], device=device))
+        dt = _clock(device) - t0
     kv = sum(layer.keys.numel() * layer.keys.element_size() * 2 for layer in cache.layers)
     return dt / steps, cache.get_seq_length(), kv
 
 
-def _ours(model, ids: torch.Tensor, steps: int, policy) -> tuple[float, float, int, int]:
+def _ours(model, ids: torch.Tensor, steps: int, policy) -> tuple[float, float, int, int, float]:
     session = ConfKVSession(model, policy)
+    device = session.device
+    tokens = ids[0, :steps].tolist()
+    t0 = _clock(device)
     session.append(ids)
+    prefill_s = _clock(device) - t0
     session.cache.bookkeeping_s = 0.0
-    t0 = time.perf_counter()
-    for i in range(steps):
-        session.step(int(ids[0, i]))
-    dt = time.perf_counter() - t0
+    t0 = _clock(device)
+    for tok in tokens:
+        session.step(tok)
+    dt = _clock(device) - t0
     book = session.cache.bookkeeping_s
     mem = session.cache.memory()
-    return dt / steps, book / dt, round(sum(mem.kept_tokens) / len(mem.kept_tokens)), mem.kv_bytes
+    kept = round(sum(mem.kept_tokens) / len(mem.kept_tokens))
+    return dt / steps, book / dt, kept, mem.kv_bytes, ids.shape[1] / prefill_s
 
 
 def run_decode_bench(
@@ -69,24 +88,28 @@ def run_decode_bench(
     for ctx in contexts:
         ids = torch.randint(10, vocab_size - 10, (1, ctx), generator=gen)
         samples: dict[str, list[float]] = {"plain": [], "full": [], "confkv": []}
+        prefill: dict[str, list[float]] = {"full": [], "confkv": []}
         extra: dict[str, tuple] = {}
         for _ in range(repeats):
             step_s, kept, kv = _plain(model, ids, steps)
             samples["plain"].append(step_s)
             extra["plain"] = (None, kept, kv)
             for name, pol in policies.items():
-                step_s, share, kept, kv = _ours(model, ids, steps, pol)
+                step_s, share, kept, kv, tok_s = _ours(model, ids, steps, pol)
                 samples[name].append(step_s)
+                prefill[name].append(tok_s)
                 extra[name] = (share, kept, kv)
         for name, vals in samples.items():
             med = statistics.median(vals)
             share, kept, kv = extra[name]
-            rows.append(DecodeRow(ctx, name, med * 1000, 1.0 / med, share, kept, kv))
+            tok_s = statistics.median(prefill[name]) if name in prefill else None
+            rows.append(DecodeRow(ctx, name, med * 1000, 1.0 / med, share, kept, kv, tok_s))
     return {
         "contexts": contexts,
         "steps": steps,
         "repeats": repeats,
         "threads": torch.get_num_threads(),
+        "prefill_chunk": policies["confkv"].prefill_chunk,
         "confkv_policy": policies["confkv"].to_dict(),
         "rows": [asdict(r) for r in rows],
     }
@@ -98,3 +121,12 @@ def speedups(report: dict) -> dict[int, dict[str, float]]:
     for row in report["rows"]:
         by_ctx.setdefault(row["context"], {})[row["variant"]] = row["ms_per_step"]
     return {ctx: {k: v["plain"] / ms for k, ms in v.items()} for ctx, v in by_ctx.items()}
+
+
+def prefill_ratios(report: dict) -> dict[int, float]:
+    """Per context: confkv prefill tokens/s over full's (>= 0.9 is the target)."""
+    by_ctx: dict[int, dict[str, float]] = {}
+    for row in report["rows"]:
+        if row.get("prefill_tokens_per_s"):
+            by_ctx.setdefault(row["context"], {})[row["variant"]] = row["prefill_tokens_per_s"]
+    return {ctx: v["confkv"] / v["full"] for ctx, v in by_ctx.items() if "confkv" in v and "full" in v}

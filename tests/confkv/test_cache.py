@@ -18,7 +18,7 @@ from tests.confkv.oracle import oracle_logits
 
 ARCHS = ["llama", "qwen2", "gpt2"]
 POLICIES = sorted(PRESETS)
-SMALL = {"sinks": "2", "protect": "4", "prefill_chunk": "16"}
+SMALL = {"sinks": "2", "protect": "4", "prefill_chunk": "16", "slack": "0"}  # slack: exact budgets
 
 
 def small_policy(name: str, budget: int, **extra: str) -> object:
@@ -45,7 +45,7 @@ def run_session(model, ids: torch.Tensor, policy, prefill: int) -> tuple[ConfKVS
         logits.append(session.step(int(ids[0, t])))
         in_force = session.cache.layer_budgets or []  # decided from this step's logits, applied right after it
         for layer, budget in zip(session.cache.layers, in_force, strict=False):
-            assert layer.physical_length <= budget, "physical length exceeds the layer budget"
+            assert layer.physical_length <= budget + policy.slack, "physical length exceeds the layer budget + slack"
     return session, torch.stack(logits, dim=1)
 
 
@@ -64,11 +64,14 @@ def test_no_eviction_matches_full_forward(arch: str, name: str) -> None:
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", [n for n in POLICIES if n != "full"])
-def test_eviction_matches_masked_oracle(arch: str, name: str) -> None:
+@pytest.mark.parametrize("slack", ["0", "5"])
+def test_eviction_matches_masked_oracle(arch: str, name: str, slack: str) -> None:
+    """With slack the layers run over budget by up to `slack` tokens between eviction passes (run_session checks
+    the bound after every step); the oracle still sees exactly the tokens each forward saw."""
     model, vocab = tiny_model(arch)
     ids = torch.randint(0, vocab, (1, 72), generator=torch.Generator().manual_seed(2))
     budget = 16 if name in ("confkv-pyramid",) else 12
-    policy = small_policy(name, budget=budget, int8_after="none")
+    policy = small_policy(name, budget=budget, int8_after="none", slack=slack)
     session, got = run_session(model, ids, policy, prefill=30)
     assert any(layer.evictions for layer in session.cache.layers), "the test must actually evict"
     want = oracle_logits(model, ids[:, :-1], session.cache)
