@@ -103,7 +103,7 @@ class Storage:
 
     int8_after: int | None = None
     prefill_chunk: int = 512
-    slack: int = 32
+    slack: int = 0  # off until a sweep picks a default (issue 13); `--set slack=32` to amortise
 
 
 _PARTS = {"gate": Gate, "ranking": RankerSpec, "protection": Protection, "storage": Storage}
