@@ -14,6 +14,16 @@ CPU_DEFAULT_LENGTHS = "512,1024,2048"
 GPU_DEFAULT_LENGTHS = "1024,2048,4096,8192,16384,32768"
 
 
+def _save(report: dict, out: str, name: str):
+    """Write a benchmark's JSON report under `out`; returns its path."""
+    from pathlib import Path
+
+    path = Path(out) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
+    return path
+
+
 def _parse_lengths(text: str) -> tuple[int, ...]:
     try:
         lengths = tuple(int(x) for x in text.split(",") if x.strip())
@@ -140,7 +150,6 @@ def decode(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Decode ms/step after N context tokens: plain DynamicCache vs our `full` vs `confkv`, interleaved."""
-    from pathlib import Path
 
     from rich.console import Console
     from rich.table import Table
@@ -155,9 +164,7 @@ def decode(
     report = run_decode_bench(mdl, mdl.config.vocab_size, list(ctx), steps, 2 if quick else repeats,
                               parse_overrides(overrides))
     report["model"], report["dtype"] = model, dtype
-    path = Path(out) / f"decode_{model}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2))
+    path = _save(report, out, f"decode_{model}.json")
     if as_json:
         typer.echo(json.dumps(report))
         return
@@ -296,7 +303,6 @@ def dtype_bench(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """fp32 vs bf16 (etc.) on agent-shaped steps in one run: prefill tok/s, decode ms/token, step time, greedy."""
-    from pathlib import Path
 
     from confkv.bench.dtype import format_report, run_dtype_bench
     from confkv.models import load
@@ -312,9 +318,7 @@ def dtype_bench(
                              prompt_tokens), decode, progress=lambda m: typer.echo(m, err=True))  # fmt: skip
     report["model"] = model
     report["auto_would_pick"] = resolve_dtype("auto")[1]
-    path = Path(out) / f"dtype_{model}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2))
+    path = _save(report, out, f"dtype_{model}.json")
     if as_json:
         typer.echo(json.dumps(report))
         return

@@ -236,25 +236,22 @@ class TraceStore:
     def add_decode_tokens(self, episode_id: int, step: int, rows: Iterable[DecodeToken | Mapping[str, Any]]) -> int:
         """Record the decoding tokens of one step (confidence, budget, cache size); returns how many."""
         records = [r if isinstance(r, DecodeToken) else DecodeToken(**r) for r in rows]
-        table_rows = [r.to_row(episode_id, step) for r in records]
-        with self._write() as db:
-            self._require_running(episode_id)
-            try:
-                db["decode_tokens"].insert_all(table_rows)
-            except sqlite3.IntegrityError as exc:
-                raise TraceStoreError(f"decode tokens of step {step}, episode {episode_id} already recorded") from exc
-        return len(table_rows)
+        return self._add_step_rows("decode_tokens", "decode tokens", episode_id, step, records)
 
     def add_prefill_chunks(self, episode_id: int, step: int, rows: Iterable[PrefillChunk | Mapping[str, Any]]) -> int:
         """Record the prefill chunks of one step (tokens, confidence, budget, cache size); returns how many."""
         records = [r if isinstance(r, PrefillChunk) else PrefillChunk(**r) for r in rows]
+        return self._add_step_rows("prefill_chunks", "prefill chunks", episode_id, step, records)
+
+    def _add_step_rows(self, table: str, what: str, episode_id: int, step: int, records: list[Any]) -> int:
+        """Insert one step's per-token or per-chunk rows while the episode runs; a second insert is an error."""
         table_rows = [r.to_row(episode_id, step) for r in records]
         with self._write() as db:
             self._require_running(episode_id)
             try:
-                db["prefill_chunks"].insert_all(table_rows)
+                db[table].insert_all(table_rows)
             except sqlite3.IntegrityError as exc:
-                raise TraceStoreError(f"prefill chunks of step {step}, episode {episode_id} already recorded") from exc
+                raise TraceStoreError(f"{what} of step {step}, episode {episode_id} already recorded") from exc
         return len(table_rows)
 
     def finish_episode(
