@@ -324,7 +324,7 @@ def dtype_bench(
         return
     for line in format_report(report):
         typer.echo(line)
-    typer.echo(f"auto: {report['auto_would_pick']}\nresults: {path}")
+    typer.echo(f"{report['auto_would_pick']}\nresults: {path}")
 
 
 def register(app: typer.Typer) -> None:
