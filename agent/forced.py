@@ -138,7 +138,8 @@ def agent_form(action: Action, observation: Observation) -> Action:
 
 def record_trajectory(task: Task, sites: Any, browser: Any) -> Trajectory:
     """Reset the task's sites, clear the browser, replay the reference solution; raises `BrokenTrajectory`."""
-    from agent.episode import _open_start_pages, _with_sites
+    from agent.episode import _with_sites
+    from agent.episode_tasks import SiteTask
     from agent.executor import execute
     from agent.observation import observe
     from envs.evaluators import evaluate
@@ -147,7 +148,7 @@ def record_trajectory(task: Task, sites: Any, browser: Any) -> Trajectory:
     browser.context.clear_cookies()
     for page in browser.pages[1:]:
         page.close()
-    _open_start_pages(task, sites, browser)
+    SiteTask(task).prepare(browser, sites)
     out, last_result = Trajectory(), None
     for i, text in enumerate(task.reference_solution):
         obs = observe(browser)
