@@ -68,11 +68,12 @@ def _acquire_playwright() -> Any:
     return _THREAD.playwright
 
 
-def _release_playwright() -> None:
+def _release_playwright(graceful: bool = True) -> None:
     _THREAD.users -= 1
     if _THREAD.users == 0:
         driver, _THREAD.playwright = _THREAD.playwright, None
-        driver.stop()
+        if graceful:  # after an interrupt inside the driver's event loop, stop() can wait forever: just drop it
+            driver.stop()
 
 
 class BrowserCrashed(RuntimeError):
@@ -160,8 +161,8 @@ class BrowserSession:
     def __enter__(self) -> BrowserSession:
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self.close(graceful=not (exc_type is not None and issubclass(exc_type, KeyboardInterrupt)))
 
     def start(self) -> BrowserSession:
         """Launch Chromium and open the first tab. On any failure everything started so far is torn down."""
@@ -188,8 +189,8 @@ class BrowserSession:
             self._context.on("page", self._on_page)
             self._context.new_page()
             self.chromium_pids()  # remember the processes spawned so far
-        except BaseException:
-            self.close()
+        except BaseException as exc:
+            self.close(graceful=not isinstance(exc, KeyboardInterrupt))
             raise
         return self
 
@@ -203,21 +204,23 @@ class BrowserSession:
         self._seen_pids |= alive
         return alive
 
-    def close(self) -> None:
+    def close(self, graceful: bool = True) -> None:
         """Close context, browser and Playwright; then SIGKILL any of our Chromium processes still alive.
 
         Safe to call twice and after a crash; never raises, because it runs while another exception
-        (or KeyboardInterrupt) may be propagating.
+        (or KeyboardInterrupt) may be propagating. `graceful=False` (Ctrl-C / SIGTERM unwinding) makes no driver
+        call at all: an interrupt that landed inside Playwright's event loop can leave every later call waiting
+        forever, so the Chromium processes are killed and the driver is dropped instead.
         """
         if self._closing:
             return
         self._closing = True
         leftovers = self.chromium_pids()
         for closer in (self._context, self._browser, self._pw):
-            if closer is None:
+            if closer is None or (not graceful and closer is not self._pw):
                 continue
             try:
-                _release_playwright() if closer is self._pw else closer.close()
+                _release_playwright(graceful) if closer is self._pw else closer.close()
             except BaseException:  # noqa: BLE001 - shutdown must continue whatever the driver says
                 pass
         ours = leftovers | self.chromium_pids()
