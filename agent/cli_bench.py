@@ -307,13 +307,14 @@ def dtype_bench(
     from confkv.bench.dtype import format_report, run_dtype_bench
     from confkv.models import load
     from confkv.models.dtype import resolve_dtype
+    from confkv.models.load import load_tokenizer
 
     names = [d.strip() for d in dtypes.split(",") if d.strip()]
     for name in names:
         if name == "auto":
             raise typer.BadParameter("name concrete dtypes here (e.g. fp32,bf16)", param_hint="--dtypes")
         checked_dtype(name, announce=False)
-    _, tokenizer = load(model)
+    tokenizer = load_tokenizer(model)  # the weights are loaded once per dtype below, not for the tokenizer
     report = run_dtype_bench(lambda d: load(model, dtype=d)[0], names, _agent_prompts(tokenizer, prompts,
                              prompt_tokens), decode, progress=lambda m: typer.echo(m, err=True))  # fmt: skip
     report["model"] = model

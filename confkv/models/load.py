@@ -270,3 +270,15 @@ def load(
         )
     model.eval()
     return model, tokenizer
+
+
+def load_tokenizer(name_or_path: str | os.PathLike[str], progress: Progress = no_progress):
+    """Only the tokenizer of a registry name or local HF directory (no weights); a `.gguf` file loads both."""
+    from transformers import AutoTokenizer
+
+    path = resolve(name_or_path, progress)
+    if path.is_file():
+        return load(path, progress=progress)[1]
+    _check_hf_dir(path)
+    with hub_offline():
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
