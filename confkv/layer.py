@@ -60,7 +60,7 @@ class ConfKVLayer(CacheLayerMixin):
         self.q8 = SlotStore()
         self.seen = 0
         self.new_tokens = 0  # appended since the last eviction step
-        self.q_pos: torch.Tensor | None = None  # positions of the current call's queries [B, L]
+        self.q_pos: torch.Tensor | None = None  # positions of the current call's queries [B, L] (None: one query)
         self.mass: torch.Tensor | None = None  # the call's per-query-head mass [B, H_q, Tq+Tf], set by attention
         self.evictions: list[tuple[torch.Tensor, int]] = []  # (evicted positions [B,H,k], last query pos that saw them)
         self._slot_bytes: tuple[int, int] | None = None  # bytes per slot: model-dtype K+V, INT8 K+V+scales
@@ -78,16 +78,21 @@ class ConfKVLayer(CacheLayerMixin):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         b, h, length, _ = key_states.shape
-        pos = torch.arange(self.seen, self.seen + length, device=key_states.device)
-        self.q_pos = pos.expand(b, length)
         hint = self.capacity_hint
-        self.fp.append(
-            limit=None if hint is None else hint + length,
-            k=key_states,
-            v=value_states,
-            pos=pos.expand(b, h, length),
-            acc=torch.zeros(b, h, length, dtype=torch.float32, device=key_states.device),  # the policy seeds it
-        )
+        limit = None if hint is None else hint + length
+        if length == 1 and self.fp.bufs:  # decode: scalar fills, no per-layer index tensors
+            self.q_pos = None
+            self.fp.append(limit=limit, k=key_states, v=value_states, pos=self.seen, acc=0.0)
+        else:
+            pos = torch.arange(self.seen, self.seen + length, device=key_states.device)
+            self.q_pos = pos.expand(b, length)
+            self.fp.append(
+                limit=limit,
+                k=key_states,
+                v=value_states,
+                pos=pos.expand(b, h, length),
+                acc=torch.zeros(b, h, length, dtype=torch.float32, device=key_states.device),  # the policy seeds it
+            )
         self.seen += length
         self.new_tokens += length
         view = LayerView(self, length)

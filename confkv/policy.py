@@ -248,15 +248,14 @@ class KVPolicy:
         No host sync on a step that does not evict (counts are kept on the host)."""
         new = layer.new_tokens
         if new:
-            old = layer.acc_before_new()
-            layer.fp.view("acc")[:, :, -new:] = ranker.initial(old, new, layer.fp.view("acc")[:, :, -new:])
+            ranker.seed_new(layer.acc_before_new(), layer.fp.view("acc")[:, :, -new:])
         mass = layer.take_mass()
         if mass is not None:
             mass = self.kv_head_mass(mass, layer.n_kv_heads)
             n_q8 = layer.q8.n
             if n_q8:
-                ranker.accumulate(layer.q8.view("acc"), mass[:, :, :n_q8])
-            ranker.accumulate(layer.fp.view("acc"), mass[:, :, n_q8:])
+                ranker.accumulate(layer.q8.view("acc"), mass[:, :, :n_q8], new)
+            ranker.accumulate(layer.fp.view("acc"), mass[:, :, n_q8:], new)
         slack = self.storage.slack
         window = self.storage.int8_after
         n_pinned = pinned_count(layer, pins, new) if pins and budget is not None else 0

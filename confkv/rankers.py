@@ -5,7 +5,7 @@ The cache owns the slots; a ranker only does arithmetic on per-slot tensors of s
 - `pos`: absolute positions of the kept tokens.
 `rank` returns a score per slot: higher = keep. Eviction granularity is the KV head: each KV head keeps its own
 top tokens (the same count for every head), and a KV head's attention mass is the mean over the query heads of its
-GQA group and over the queries of the call.
+GQA group and over the queries of the call (H2O scales it back by the call's query count: a sum over queries).
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ class Ranker(ABC):
 
     uses_attention: bool = True
 
-    def initial(self, acc: torch.Tensor | None, n_new: int, like: torch.Tensor) -> torch.Tensor:
-        """Accumulator values for `n_new` new tokens, shape `[B, H, n_new]` (default: 0)."""
-        return torch.zeros(*like.shape[:2], n_new, dtype=torch.float32, device=like.device)
+    def seed_new(self, old: torch.Tensor | None, fresh: torch.Tensor) -> None:
+        """Set the accumulator of new tokens in place (`fresh [B, H, n_new]`, zeros on arrival; default: leave 0).
+        `old` is the accumulator of the tokens kept before them (None if there were none)."""
+        return None
 
-    def accumulate(self, acc: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
-        """Fold one attention call's mass `[B, H, T]` into the accumulator (default: unused)."""
+    def accumulate(self, acc: torch.Tensor, mass: torch.Tensor, queries: int = 1) -> torch.Tensor:
+        """Fold one attention call's mass `[B, H, T]` into the accumulator in place (default: unused). `mass` is
+        the mean over the call's `queries` queries (and over the KV head's GQA group)."""
         return acc
 
     @abstractmethod
@@ -51,14 +53,13 @@ class EMARanker(Ranker):
     alpha: float = 0.5
     decay: float = 0.9
 
-    def initial(self, acc: torch.Tensor | None, n_new: int, like: torch.Tensor) -> torch.Tensor:
-        fresh = super().initial(acc, n_new, like)
-        if acc is not None and acc.shape[-1] > 0:
-            fresh += acc.mean(dim=-1, keepdim=True)
-        return fresh
+    def seed_new(self, old: torch.Tensor | None, fresh: torch.Tensor) -> None:
+        if old is not None and old.shape[-1] > 0:
+            fresh.copy_(old.mean(dim=-1, keepdim=True).expand_as(fresh))
 
-    def accumulate(self, acc: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
-        return acc.mul_(self.decay).add_(mass, alpha=1.0 - self.decay)
+    def accumulate(self, acc: torch.Tensor, mass: torch.Tensor, queries: int = 1) -> torch.Tensor:
+        """One EMA update per attention call (a prefill chunk's mean mass counts once, like a decode step)."""
+        return acc.lerp_(mass, 1.0 - self.decay)
 
     def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int) -> torch.Tensor:
         ema = acc / acc.amax(dim=-1, keepdim=True).clamp_min(1e-12)
@@ -74,10 +75,11 @@ class AttentionRanker(EMARanker):
 
 @dataclass
 class H2ORanker(Ranker):
-    """H2O heavy hitters: cumulative attention mass since the token arrived."""
+    """H2O heavy hitters: cumulative attention mass since the token arrived, summed over every query (so a
+    128-token prefill chunk weighs 128 decode steps, as in H2O, not one)."""
 
-    def accumulate(self, acc: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
-        return acc.add_(mass)
+    def accumulate(self, acc: torch.Tensor, mass: torch.Tensor, queries: int = 1) -> torch.Tensor:
+        return acc.add_(mass, alpha=float(queries))
 
     def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int) -> torch.Tensor:
         return acc

@@ -19,13 +19,24 @@ class SlotStore:
     def __init__(self) -> None:
         self.bufs: dict[str, torch.Tensor] = {}
         self.n = 0
+        self._views: dict[str, torch.Tensor] = {}  # live views for the current (buffers, n): a decode step asks
+        self._views_n = -1  # for the same few views several times per layer, and slicing is a dispatcher op
+
+    def __getstate__(self) -> dict:  # copies (e.g. `ConfKVSession.fork`) rebuild their views from their own buffers
+        return {**self.__dict__, "_views": {}, "_views_n": -1}
 
     @property
     def capacity(self) -> int:
         return next(iter(self.bufs.values())).shape[2] if self.bufs else 0
 
     def view(self, name: str) -> torch.Tensor:
-        return self.bufs[name][:, :, : self.n]
+        if self._views_n != self.n:
+            self._views.clear()
+            self._views_n = self.n
+        v = self._views.get(name)
+        if v is None:
+            v = self._views[name] = self.bufs[name][:, :, : self.n]
+        return v
 
     def _reserve(self, needed: int, limit: int | None) -> None:
         cap = self.capacity
@@ -41,10 +52,13 @@ class SlotStore:
             fresh = buf.new_empty((*buf.shape[:2], new_cap, *buf.shape[3:]))
             fresh[:, :, : self.n] = buf[:, :, : self.n]
             self.bufs[name] = fresh
+        self._views.clear()
 
-    def append(self, limit: int | None = None, **tensors: torch.Tensor) -> None:
-        """Append `[B, H, L, ...]` tensors (all names, same L); `limit` caps geometric growth (e.g. the budget)."""
-        length = next(iter(tensors.values())).shape[2]
+    def append(self, limit: int | None = None, **tensors: torch.Tensor | float) -> None:
+        """Append `[B, H, L, ...]` tensors (all names, same L); `limit` caps geometric growth (e.g. the budget).
+        Once the buffers exist, a name may get a Python number instead: L new slots filled with it (L from the
+        tensors given)."""
+        length = next(t for t in tensors.values() if isinstance(t, torch.Tensor)).shape[2]
         if not self.bufs:
             for name, t in tensors.items():
                 cap = max(length, min(_MIN_CAPACITY, limit or _MIN_CAPACITY))

@@ -62,15 +62,17 @@ def segmented_attention(
     q_pos: torch.Tensor | None = None,
     scaling: float | None = None,
     return_mass: bool = False,
+    check: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention of `q [B,Hq,L,D]` over `kv`; returns `(out [B,Hq,L,D] in q.dtype, mass [B,Hq,Tq+Tf] fp32 | None)`.
 
     Contract (docs/ARCHITECTURE.md): keys are the INT8 slots then the model-dtype slots; with `q_pos [B,L]` a key is
     visible iff its position <= the query's; `mass` is the softmax probability averaged over the L queries and sums
-    to 1 per query head. `scaling` defaults to D**-0.5.
+    to 1 per query head. `scaling` defaults to D**-0.5. `check=False` skips `SegmentedKV.validate` (the cache
+    builds its segments itself; the Python checks cost about as much as a small tensor op per layer and step).
     """
     if select_backend(q) == "triton":
         from confkv.kernels.triton_decode import triton_attention
 
-        return triton_attention(q, kv, q_pos, scaling, return_mass)
-    return reference_attention(q, kv, q_pos, scaling, return_mass)
+        return triton_attention(q, kv, q_pos, scaling, return_mass, check=check)
+    return reference_attention(q, kv, q_pos, scaling, return_mass, check=check)

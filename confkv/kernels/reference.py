@@ -80,18 +80,22 @@ def reference_attention(
     *,
     score_budget: int = DEFAULT_SCORE_BUDGET,
     max_block: int = DEFAULT_MAX_BLOCK,
+    check: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention of `q [B,Hq,L,D]` over the segmented cache; returns `(out [B,Hq,L,D] in q.dtype, mass|None)`.
 
     `mass` is fp32 `[B,Hq,Tq+Tf]` (INT8 slots then model-dtype slots), the softmax probabilities averaged over the L
     queries. `scaling` defaults to D**-0.5. `q_pos [B,L]` enables causal visibility (key visible iff pos <= q_pos).
     """
-    kv.validate(q, q_pos)
+    if check:
+        kv.validate(q, q_pos)
     b, hq, n_q, d = q.shape
     hkv = kv.reference_tensor().shape[1]
     g = hq // hkv
     rows = g * n_q
     scale = d**-0.5 if scaling is None else float(scaling)
+    if q_pos is None and b * hkv * rows * kv.n_keys <= min(score_budget, max_block * b * hkv * rows):
+        return _one_block(q, kv, hkv, scale, return_mass)
     q_rows = q.float().reshape(b, hkv, rows, d) * scale
     row_pos = None if q_pos is None else q_pos.to(torch.int64).repeat(1, g)  # row g*L + l has q_pos[:, l]
     if score_budget < 1 or max_block < 1:
@@ -130,3 +134,32 @@ def reference_attention(
         for s in score_blocks
     ]
     return out, torch.cat(mass, dim=-1)
+
+
+def _one_block(
+    q: torch.Tensor, kv: SegmentedKV, hkv: int, scale: float, return_mass: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Every query sees every key and all scores fit one block (decode: one new token over the kept cache): a plain
+    fp32 softmax over both segments' scores. Same math as the blockwise loop in about a third of the tensor ops,
+    which is what a decode step on a small model pays for (per-op dispatch, not FLOPs)."""
+    b, hq, n_q, d = q.shape
+    q_rows = q.float().reshape(b, hkv, (hq // hkv) * n_q, d) * scale
+    n_q8 = kv.n_int8
+    scores = []
+    if n_q8:
+        scores.append((q_rows @ kv.k_q.float().transpose(-1, -2)) * kv.k_scale.float().unsqueeze(2))
+    if kv.n_fp:
+        scores.append(q_rows @ kv.k_fp.float().transpose(-1, -2))
+    p = torch.softmax(scores[0] if len(scores) == 1 else torch.cat(scores, dim=-1), dim=-1)
+    out = None
+    if n_q8:
+        out = (p[..., :n_q8] * kv.v_scale.float().unsqueeze(2)) @ kv.v_q.float()
+    if kv.n_fp:
+        fp_out = p[..., n_q8:] @ kv.v_fp.float()
+        out = fp_out if out is None else out + fp_out
+    out = out.reshape(b, hq, n_q, d).to(q.dtype)
+    if not return_mass:
+        return out, None
+    if n_q == 1:
+        return out, p.reshape(b, hq, -1)
+    return out, p.reshape(b, hkv, hq // hkv, n_q, -1).mean(dim=3).reshape(b, hq, -1)

@@ -25,7 +25,7 @@ def test_a_mass_only_ranker_is_one_class_and_one_registry_line(monkeypatch: pyte
 
         calls: int = 0
 
-        def accumulate(self, acc: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
+        def accumulate(self, acc: torch.Tensor, mass: torch.Tensor, queries: int = 1) -> torch.Tensor:
             return acc.copy_(mass)
 
         def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int) -> torch.Tensor:

@@ -99,7 +99,8 @@ def test_ema_ranker_keeps_attended_and_recent_tokens_and_new_tokens_start_at_the
     scores = ranker.rank(acc, pos, now=3)
     assert scores[0, 0, 0] > scores[0, 0, 1]  # attended beats unattended of similar age
     assert scores[0, 0, 3] > scores[0, 0, 1]  # recent beats old when attention ties
-    fresh = ranker.initial(acc, 2, torch.zeros(1, 1, 2, 8))
+    fresh = torch.zeros(1, 1, 2)
+    ranker.seed_new(acc, fresh)
     torch.testing.assert_close(fresh, acc.mean(-1, keepdim=True).expand(1, 1, 2))
 
 
@@ -109,6 +110,8 @@ def test_h2o_accumulates_and_recency_and_random_rankers() -> None:
     for _ in range(3):
         h2o.accumulate(acc, torch.tensor([[[0.2, 0.5, 0.3], [0.6, 0.2, 0.2]]]))
     torch.testing.assert_close(h2o.rank(acc, None, 0), torch.tensor([[[0.6, 1.5, 0.9], [1.8, 0.6, 0.6]]]))
+    h2o.accumulate(acc, torch.tensor([[[0.2, 0.5, 0.3], [0.6, 0.2, 0.2]]]), queries=4)  # a 4-query call weighs 4
+    torch.testing.assert_close(h2o.rank(acc, None, 0), torch.tensor([[[1.4, 3.5, 2.1], [4.2, 1.4, 1.4]]]))
     pos = torch.tensor([[[5, 9, 7], [1, 2, 3]]])
     assert RecencyRanker().rank(acc, pos, 9).argmax(-1).tolist() == [[1, 2]]
     r1, r2 = RandomRanker(seed=3), RandomRanker(seed=3)
