@@ -5,7 +5,9 @@ Why our own attention function: eviction needs per-key attention mass, and only 
 dtype segments (Triton on CUDA, PyTorch reference on CPU), gets the mass from the same pass, and leaves it on the
 layer (`layer.mass`, per query head). It decides nothing: the policy reduces and ranks the mass after the forward.
 No model code is patched: `with confkv.attach(model, cache)` selects it for a scope, and because "confkv" has no
-mask function registered, `transformers` builds no mask: causality comes from positions.
+mask function registered, `transformers` builds no mask. Causality needs no per-key positions either: during a
+forward the call's own tokens are the last `q_len` model-dtype slots and every other kept key is older than all of
+them, so one head-independent `[L, T]` mask (or the kernels' `causal_tail`) is exact whatever was evicted.
 """
 
 from __future__ import annotations
@@ -38,18 +40,25 @@ def confkv_attention(
     layer = key.layer
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
-    q_pos = layer.q_pos if key.q_len > 1 else None  # a single new token sees every kept key
-    if not layer.wants_mass and layer.q8.n == 0 and (q_pos is None or not layer.evicts):
-        # Nothing to rank, nothing quantized, and positions shared by all heads (decode, or nothing evicted yet):
-        # torch's fused sdpa is the fastest exact path (e.g. `full`).
+    if not layer.wants_mass and layer.q8.n == 0:
+        # Nothing to rank and nothing quantized (e.g. `full`, or `sliding` without INT8): torch's fused sdpa. The
+        # mask needs no positions: every kept key is older than the call's tokens, the last q_len slots.
         k, v = layer.fp.view("k"), layer.fp.view("v")
-        mask = None if q_pos is None else layer.fp.view("pos")[:, :1, None, :] <= q_pos[:, None, :, None]
+        mask = None if key.q_len == 1 else _tail_mask(k.shape[2], key.q_len, k.device)
         out = F.scaled_dot_product_attention(query, k, v, attn_mask=mask, scale=float(scaling), enable_gqa=True)
         return out.transpose(1, 2).contiguous(), None
+    # The call's own tokens are the last q_len model-dtype slots and every kept key is older: `causal_tail`.
     out, layer.mass = segmented_attention(
-        query, layer.segments(), q_pos, float(scaling), layer.wants_mass, check=False
+        query, layer.segments(), None, float(scaling), layer.wants_mass, check=False, causal_tail=key.q_len
     )
     return out.transpose(1, 2).contiguous(), None
+
+
+def _tail_mask(n_keys: int, q_len: int, device: torch.device) -> torch.Tensor:
+    """`[L, T]` visibility when the last L of T keys are the L queries in order and the rest are older."""
+    mask = torch.ones(q_len, n_keys, dtype=torch.bool, device=device)
+    mask[:, n_keys - q_len :] = torch.ones(q_len, q_len, dtype=torch.bool, device=device).tril()
+    return mask
 
 
 def register() -> None:

@@ -60,7 +60,6 @@ class ConfKVLayer(CacheLayerMixin):
         self.q8 = SlotStore()
         self.seen = 0
         self.new_tokens = 0  # appended since the last eviction step
-        self.q_pos: torch.Tensor | None = None  # positions of the current call's queries [B, L] (None: one query)
         self.mass: torch.Tensor | None = None  # the call's per-query-head mass [B, H_q, Tq+Tf], set by attention
         self.evictions: list[tuple[torch.Tensor, int]] = []  # (evicted positions [B,H,k], last query pos that saw them)
         self._slot_bytes: tuple[int, int] | None = None  # bytes per slot: model-dtype K+V, INT8 K+V+scales
@@ -81,11 +80,9 @@ class ConfKVLayer(CacheLayerMixin):
         hint = self.capacity_hint
         limit = None if hint is None else hint + length
         if length == 1 and self.fp.bufs:  # decode: scalar fills, no per-layer index tensors
-            self.q_pos = None
             self.fp.append(limit=limit, k=key_states, v=value_states, pos=self.seen, acc=0.0)
         else:
             pos = torch.arange(self.seen, self.seen + length, device=key_states.device)
-            self.q_pos = pos.expand(b, length)
             self.fp.append(
                 limit=limit,
                 k=key_states,
@@ -109,7 +106,7 @@ class ConfKVLayer(CacheLayerMixin):
         return -1
 
     def reset(self) -> None:
-        self.fp, self.q8, self.seen, self.q_pos, self.mass, self.new_tokens = SlotStore(), SlotStore(), 0, None, None, 0
+        self.fp, self.q8, self.seen, self.mass, self.new_tokens = SlotStore(), SlotStore(), 0, None, 0
         self.evictions = []
         self._slot_bytes = None
         self.pin_state = None

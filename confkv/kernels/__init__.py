@@ -63,6 +63,7 @@ def segmented_attention(
     scaling: float | None = None,
     return_mass: bool = False,
     check: bool = True,
+    causal_tail: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention of `q [B,Hq,L,D]` over `kv`; returns `(out [B,Hq,L,D] in q.dtype, mass [B,Hq,Tq+Tf] fp32 | None)`.
 
@@ -70,9 +71,13 @@ def segmented_attention(
     visible iff its position <= the query's; `mass` is the softmax probability averaged over the L queries and sums
     to 1 per query head. `scaling` defaults to D**-0.5. `check=False` skips `SegmentedKV.validate` (the cache
     builds its segments itself; the Python checks cost about as much as a small tensor op per layer and step).
+    `causal_tail=L` instead of `q_pos`: the last L model-dtype keys are the queries' own tokens in order, every other
+    key older than all of them (a cache layer's prefill chunk); the reference then skips the position compare.
     """
     if select_backend(q) == "triton":
         from confkv.kernels.triton_decode import triton_attention
 
+        if causal_tail:
+            q_pos = kv.pos_fp[:, 0, -causal_tail:]
         return triton_attention(q, kv, q_pos, scaling, return_mass, check=check)
-    return reference_attention(q, kv, q_pos, scaling, return_mass, check=check)
+    return reference_attention(q, kv, q_pos, scaling, return_mass, check=check, causal_tail=causal_tail)

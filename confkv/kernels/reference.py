@@ -27,6 +27,7 @@ from confkv.kernels.segments import SegmentedKV
 
 DEFAULT_SCORE_BUDGET = 1 << 22  # fp32 score elements per block (16 MiB)
 DEFAULT_MAX_BLOCK = 4096  # keys per block: bounds the fp32 copy of an int8 K/V block
+ROW_PATH_BLOCKS = 4  # the row-blocked path (every key in each block) up to this many max_block of keys
 
 
 @dataclass
@@ -81,11 +82,15 @@ def reference_attention(
     score_budget: int = DEFAULT_SCORE_BUDGET,
     max_block: int = DEFAULT_MAX_BLOCK,
     check: bool = True,
+    causal_tail: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention of `q [B,Hq,L,D]` over the segmented cache; returns `(out [B,Hq,L,D] in q.dtype, mass|None)`.
 
     `mass` is fp32 `[B,Hq,Tq+Tf]` (INT8 slots then model-dtype slots), the softmax probabilities averaged over the L
     queries. `scaling` defaults to D**-0.5. `q_pos [B,L]` enables causal visibility (key visible iff pos <= q_pos).
+    `causal_tail=L` (instead of `q_pos`) says the last L model-dtype keys are the queries' own tokens in order and
+    every other key is older than all of them: what a cache layer's prefill chunk is; it takes the row-blocked
+    softmax (`_row_blocks`) instead of comparing positions.
     """
     if check:
         kv.validate(q, q_pos)
@@ -94,8 +99,15 @@ def reference_attention(
     g = hq // hkv
     rows = g * n_q
     scale = d**-0.5 if scaling is None else float(scaling)
-    if q_pos is None and b * hkv * rows * kv.n_keys <= min(score_budget, max_block * b * hkv * rows):
-        return _one_block(q, kv, hkv, scale, return_mass)
+    if causal_tail:
+        if q_pos is not None or causal_tail != n_q or kv.n_fp < n_q:
+            raise ValueError(f"causal_tail={causal_tail} needs q_pos=None, L={n_q} queries and >= L model-dtype keys")
+    # Row blocks hold every key, and fp32 copies of the whole INT8 segment: up to ROW_PATH_BLOCKS x max_block keys.
+    block_rows = score_budget // max(1, b * hkv * kv.n_keys)
+    if q_pos is None and block_rows >= g and kv.n_keys <= ROW_PATH_BLOCKS * max_block:
+        return _row_blocks(q, kv, hkv, scale, return_mass, causal_tail, block_rows)
+    if causal_tail:  # too many keys for a row block: the tail's own positions give the same visibility
+        q_pos = kv.pos_fp[:, 0, -causal_tail:]
     q_rows = q.float().reshape(b, hkv, rows, d) * scale
     row_pos = None if q_pos is None else q_pos.to(torch.int64).repeat(1, g)  # row g*L + l has q_pos[:, l]
     if score_budget < 1 or max_block < 1:
@@ -136,30 +148,67 @@ def reference_attention(
     return out, torch.cat(mass, dim=-1)
 
 
-def _one_block(
-    q: torch.Tensor, kv: SegmentedKV, hkv: int, scale: float, return_mass: bool
+def _row_blocks(
+    q: torch.Tensor, kv: SegmentedKV, hkv: int, scale: float, return_mass: bool, causal_tail: int, rows: int
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Every query sees every key and all scores fit one block (decode: one new token over the kept cache): a plain
-    fp32 softmax over both segments' scores. Same math as the blockwise loop in about a third of the tensor ops,
-    which is what a decode step on a small model pays for (per-op dispatch, not FLOPs)."""
+    """Every key is visible to every query, except that the last `causal_tail` (= L) model-dtype keys are the
+    queries' own tokens, causal among themselves (a decode step, or a prefill chunk over the kept cache). Each block
+    of queries gets one fp32 softmax over all keys: a third of the tensor ops of the online-softmax loop, one score
+    pass instead of two for the mass, and no per-key position compare. `rows` bounds the score rows per block."""
     b, hq, n_q, d = q.shape
-    q_rows = q.float().reshape(b, hkv, (hq // hkv) * n_q, d) * scale
-    n_q8 = kv.n_int8
-    scores = []
-    if n_q8:
-        scores.append((q_rows @ kv.k_q.float().transpose(-1, -2)) * kv.k_scale.float().unsqueeze(2))
-    if kv.n_fp:
-        scores.append(q_rows @ kv.k_fp.float().transpose(-1, -2))
-    p = torch.softmax(scores[0] if len(scores) == 1 else torch.cat(scores, dim=-1), dim=-1)
-    out = None
-    if n_q8:
-        out = (p[..., :n_q8] * kv.v_scale.float().unsqueeze(2)) @ kv.v_q.float()
-    if kv.n_fp:
-        fp_out = p[..., n_q8:] @ kv.v_fp.float()
-        out = fp_out if out is None else out + fp_out
-    out = out.reshape(b, hq, n_q, d).to(q.dtype)
+    g = hq // hkv
+    n_q8, n_keys = kv.n_int8, kv.n_keys
+    q5 = q.float().reshape(b, hkv, g, n_q, d)
+    # Where the INT8 scales go: with many score rows (a prefill chunk) dequantize the keys/values once and run one
+    # matmul over [INT8 | model dtype] keys (concatenating keys is rows/D times cheaper than concatenating scores);
+    # with few rows (decode) scale the scores instead and never materialize dequantized keys.
+    fold = n_q8 and g * n_q > d
+    if fold:
+        parts_k = [kv.k_q * kv.k_scale.float().unsqueeze(-1)] + ([kv.k_fp.float()] if kv.n_fp else [])
+        parts_v = [kv.v_q * kv.v_scale.float().unsqueeze(-1)] + ([kv.v_fp.float()] if kv.n_fp else [])
+        k_fp = torch.cat(parts_k, dim=2).transpose(-1, -2) if len(parts_k) > 1 else parts_k[0].transpose(-1, -2)
+        v_fp = torch.cat(parts_v, dim=2) if len(parts_v) > 1 else parts_v[0]
+        n_q8 = 0
+    else:
+        k_fp = kv.k_fp.float().transpose(-1, -2) if kv.n_fp else None
+        v_fp = kv.v_fp.float() if kv.n_fp else None
+    k_q = kv.k_q.float().transpose(-1, -2) if n_q8 else None
+    v_q = kv.v_q.float() if n_q8 else None
+    k_scale = kv.k_scale.float().unsqueeze(2) if n_q8 else None
+    v_scale = kv.v_scale.float().unsqueeze(2) if n_q8 else None
+    step = max(1, rows // g)
+    single = step >= n_q
+    out5 = None if single else torch.empty(b, hkv, g, n_q, d, device=q.device)
+    mass = None
+    for l0 in range(0, n_q, step):
+        l1 = min(n_q, l0 + step)
+        qb = (q5 if single else q5[:, :, :, l0:l1]).reshape(b, hkv, g * (l1 - l0), d) * scale
+        scores = []
+        if n_q8:
+            scores.append((qb @ k_q) * k_scale)
+        if k_fp is not None:
+            scores.append(qb @ k_fp)
+        s = scores[0] if len(scores) == 1 else torch.cat(scores, dim=-1)
+        if causal_tail > 1 and l0 + 1 < n_q:  # query l sees tail key j iff j <= l
+            hide = torch.ones(l1 - l0, causal_tail, dtype=torch.bool, device=q.device).triu(diagonal=l0 + 1)
+            s.view(b, hkv, g, l1 - l0, n_keys)[..., n_keys - causal_tail :].masked_fill_(hide, float("-inf"))
+        p = torch.softmax(s, dim=-1)
+        o = None
+        if n_q8:
+            o = (p[..., :n_q8] * v_scale) @ v_q
+        if v_fp is not None:
+            o_fp = p[..., n_q8:] @ v_fp
+            o = o_fp if o is None else o + o_fp
+        if single:
+            out5 = o
+        else:
+            out5[:, :, :, l0:l1] = o.view(b, hkv, g, l1 - l0, d)
+        if return_mass:
+            part = p if n_q == 1 else p.view(b, hkv, g, l1 - l0, n_keys).sum(dim=3)
+            mass = part if mass is None else mass.add_(part)
+    out = out5.reshape(b, hq, n_q, d).to(q.dtype)
     if not return_mass:
         return out, None
-    if n_q == 1:
-        return out, p.reshape(b, hq, -1)
-    return out, p.reshape(b, hkv, hq // hkv, n_q, -1).mean(dim=3).reshape(b, hq, -1)
+    if n_q > 1:
+        mass = mass.div_(n_q)
+    return out, mass.reshape(b, hq, n_keys)

@@ -269,3 +269,33 @@ def test_bench_runs_the_kernel_when_forced(monkeypatch):
     errs = [r["max_abs_err"] for r in report["rows"] if r["variant"] != "sdpa"]
     assert len(errs) == 4 and max(errs) < 1e-2
     assert summarize(report)[0].startswith("T=33: int8 vs fp")
+
+
+def _chunk_case(n_int8: int, seed: int) -> tuple[torch.Tensor, SegmentedKV, torch.Tensor]:
+    """A cache layer during a prefill chunk: older kept keys (evicted gaps, per-head order) then the chunk's own
+    L tokens at the end of the model-dtype segment, in order; q_pos = those tokens' positions."""
+    gen = torch.Generator().manual_seed(seed)
+    b, hkv, g, n_q, d, old = 2, 2, 3, 5, 16, 19
+    q = torch.randn(b, hkv * g, n_q, d, generator=gen)
+    k = torch.randn(b, hkv, old + n_q, d, generator=gen) * 1.5
+    v = torch.randn(b, hkv, old + n_q, d, generator=gen)
+    old_pos = torch.stack([torch.randperm(40, generator=gen)[:old] for _ in range(b * hkv)]).view(b, hkv, old)
+    new_pos = torch.arange(40, 40 + n_q).expand(b, hkv, n_q)
+    kv = SegmentedKV.from_dense(k, v, n_int8, torch.cat([old_pos, new_pos], dim=2))
+    return q, kv, torch.arange(40, 40 + n_q).expand(b, n_q)
+
+
+@pytest.mark.parametrize("n_int8", [0, 11], ids=["fp-only", "int8+fp"])
+@pytest.mark.parametrize("score_budget", [1 << 20, 2 * 2 * 3 * 24 * 2], ids=["one-block", "row-blocks"])
+def test_causal_tail_equals_the_position_mask(n_int8: int, score_budget: int) -> None:
+    """The cache's prefill shape (`causal_tail=L`: the last L keys are the queries, causal; all else older) gives
+    what the general position mask gives, in one block or in blocks of 2 queries."""
+    q, kv, q_pos = _chunk_case(n_int8, seed=5)
+    want_out, want_mass = naive_attention(q, kv, q_pos, 0.3)
+    out, mass = reference_attention(q, kv, None, 0.3, True, score_budget=score_budget, causal_tail=q.shape[2])
+    torch.testing.assert_close(out, want_out, atol=2e-5, rtol=0)
+    torch.testing.assert_close(mass, want_mass, atol=1e-6, rtol=0)
+    small = reference_attention(q, kv, None, 0.3, True, max_block=2, causal_tail=q.shape[2])  # falls back to q_pos
+    torch.testing.assert_close(small[1], want_mass, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="causal_tail"):
+        reference_attention(q, kv, q_pos, 0.3, True, causal_tail=q.shape[2])
