@@ -6,8 +6,10 @@ after step t's logits are known; the cache applies the answer when step t+1 is a
 
 from __future__ import annotations
 
+import bisect
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,51 @@ class GatedBudget:
         if confidence is None or confidence < self.tau:
             return self.n_high
         return self.n_low
+
+    @property
+    def max_budget(self) -> int:
+        return self.n_high
+
+
+@dataclass
+class QuantileGate:
+    """Conf-KV with a calibrated threshold (`tau=auto:q`): tau is the q-quantile of this cache's own recent
+    confidences, so the gate opens on about a share q of forwards whatever the model's confidence scale (a fixed
+    tau = 0.5 never opened on SmolLM2, whose mean confidence is ~0.8). Running, not calibrated offline: it needs no
+    calibration text and follows the session (prefill chunks and decode steps share one history). The first
+    `warmup` forwards answer `n_high` (nothing to compare with yet). One instance per cache: it holds state."""
+
+    n_low: int
+    n_high: int
+    q: float
+    warmup: int = 16
+    window: int = 1024
+    _order: deque = field(default_factory=deque, repr=False)
+    _sorted: list = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.n_low <= self.n_high:
+            raise ValueError(f"need 0 < n_low <= n_high, got n_low={self.n_low}, n_high={self.n_high}")
+        if not 0.0 < self.q < 1.0:
+            raise ValueError(f"the quantile must be in (0, 1), got {self.q}")
+
+    @property
+    def tau(self) -> float | None:
+        """The current threshold (None during warmup)."""
+        if len(self._sorted) < self.warmup:
+            return None
+        return self._sorted[min(len(self._sorted) - 1, int(self.q * len(self._sorted)))]
+
+    def budget(self, confidence: float | None) -> int:
+        if confidence is None:
+            return self.n_high
+        tau = self.tau
+        self._order.append(confidence)
+        bisect.insort(self._sorted, confidence)
+        if len(self._order) > self.window:
+            old = self._order.popleft()
+            del self._sorted[bisect.bisect_left(self._sorted, old)]
+        return self.n_high if tau is None or confidence < tau else self.n_low
 
     @property
     def max_budget(self) -> int:

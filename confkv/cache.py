@@ -61,6 +61,8 @@ class ConfKVCache(Cache):
         self.pins: list[tuple[int, int | None]] = []
         self.attached = 0  # how many `attach` scopes hold this cache
         self.peak_kv_bytes = 0
+        self.gate_decisions = 0  # forwards whose confidence a gated schedule judged
+        self.gate_opens = 0  # ... and how many of them it answered above n_low
         self.bookkeeping_s = 0.0  # time in end_forward (confidence, ranking, migration, compaction): for benchmarks
         wants_mass = self.policy.wants_mass
         layers = [
@@ -80,7 +82,11 @@ class ConfKVCache(Cache):
         if self.schedule is None:
             self.global_budget, self._layer_budgets = None, None
             return
-        self._split(self.schedule.budget(confidence))
+        budget = self.schedule.budget(confidence)
+        if confidence is not None and hasattr(self.schedule, "n_low"):
+            self.gate_decisions += 1
+            self.gate_opens += budget > self.schedule.n_low
+        self._split(budget)
 
     def _split(self, global_budget: int) -> None:
         self.global_budget = int(global_budget)
@@ -105,6 +111,11 @@ class ConfKVCache(Cache):
     def add_pin(self, start: int, end: int | None) -> None:
         """Pin one more span `[start, end)`, keeping the existing pins (same timing rule as `pin`)."""
         self.pin([*self.pins, (start, end)])
+
+    @property
+    def gate_open_rate(self) -> float | None:
+        """Share of judged forwards on which the gate opened (None: not gated, or nothing judged yet)."""
+        return self.gate_opens / self.gate_decisions if self.gate_decisions else None
 
     @property
     def layer_budgets(self) -> list[int] | None:

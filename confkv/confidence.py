@@ -28,14 +28,12 @@ def confidence(
     w_e, w_m, w_p = (float(w) for w in weights)
     vocab = logits.shape[-1]
     logp = torch.log_softmax(logits.float(), dim=-1)
-    p = logp.exp()
-    # p * logp -> 0 where p underflows to 0 (logp = -inf for masked logits would give nan otherwise).
-    entropy = -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1)
+    # p * logp -> 0 where p underflows to 0 (logp = -inf for masked logits gives nan there). Few passes over the
+    # vocabulary on purpose: this runs once per decode step.
+    entropy = -(logp.exp() * logp).nan_to_num_(0.0).sum(-1)
     norm_entropy = (entropy / math.log(vocab)).clamp(0.0, 1.0)
-    top2 = logp.topk(2, dim=-1).values
-    margin = torch.sigmoid(top2[..., 0] - top2[..., 1])
-    max_p = top2[..., 0].exp()
-    c = w_e * (1.0 - norm_entropy) + w_m * margin + w_p * max_p
+    top1, top2 = logp.topk(2, dim=-1).values.unbind(-1)
+    c = w_e * (1.0 - norm_entropy) + w_m * torch.sigmoid(top1 - top2) + w_p * top1.exp()
     if rescale:
         floor = w_m * 0.5 + w_p / vocab
         top = w_e + w_m + w_p

@@ -62,7 +62,7 @@ class ConfKVLayer(CacheLayerMixin):
         self.new_tokens = 0  # appended since the last eviction step
         self.mass: torch.Tensor | None = None  # the call's per-query-head mass [B, H_q, Tq+Tf], set by attention
         self.evictions: list[tuple[torch.Tensor, int]] = []  # (evicted positions [B,H,k], last query pos that saw them)
-        self._slot_bytes: tuple[int, int] | None = None  # bytes per slot: model-dtype K+V, INT8 K+V+scales
+        self._slot_bytes: tuple[int, int] | None = None  # bytes per slot of the model-dtype and INT8 stores
         self.pin_state: tuple[tuple, int] | None = None  # (pins, kept pinned tokens): see `policy.pinned_count`
 
     # -- transformers CacheLayerMixin ----------------------------------------------------------------------------
@@ -185,13 +185,14 @@ class ConfKVLayer(CacheLayerMixin):
 
     # -- accounting ----------------------------------------------------------------------------------------------
     def kv_bytes(self) -> int:
-        """Bytes of live K, V and INT8 scales (what the attention reads)."""
+        """Bytes of every live slot: K, V, INT8 scales, and the per-slot position and ranker accumulator (what the
+        cache keeps per token; `full_bytes_per_token` is the plain cache's K+V, so `full` reads ~2% above 1.0)."""
         if self._slot_bytes is None and self.fp.bufs:
-            self._slot_bytes = (self.fp.slot_bytes(("k", "v")), 0)
+            self._slot_bytes = (self.fp.slot_bytes(tuple(self.fp.bufs)), 0)
         if self._slot_bytes is None:
             return 0
         if self._slot_bytes[1] == 0 and self.q8.bufs:
-            self._slot_bytes = (self._slot_bytes[0], self.q8.slot_bytes(("k", "v", "k_scale", "v_scale")))
+            self._slot_bytes = (self._slot_bytes[0], self.q8.slot_bytes(tuple(self.q8.bufs)))
         return self.fp.n * self._slot_bytes[0] + self.q8.n * self._slot_bytes[1]
 
     def alloc_bytes(self) -> int:

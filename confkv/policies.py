@@ -51,6 +51,9 @@ def _coerce(key: str, raw: str, annotation: str) -> object:
     return text
 
 
+AUTO_TAU_QUANTILE = 0.2  # `tau=auto` alone: the gate opens on about a fifth of forwards
+
+
 def parse_overrides(items: list[str] | None) -> dict[str, str]:
     """`["n_low=128", "tau=0.4"]` -> dict; a malformed item is a clear error."""
     out: dict[str, str] = {}
@@ -69,6 +72,8 @@ def get_policy(name: str, overrides: dict[str, str | object] | None = None) -> K
     keys = KVPolicy.keys()
     values: dict[str, object] = {}
     for key, value in (overrides or {}).items():
+        if key == "tau" and isinstance(value, str) and value.strip().startswith("auto"):
+            key, value = "tau_quantile", value.strip()[5:] or str(AUTO_TAU_QUANTILE)  # tau=auto[:q]
         if key not in keys:
             raise PolicyError(f"unknown policy key {key!r}; known: {', '.join(sorted(keys))}")
         values[key] = _coerce(key, value, str(keys[key][1].type)) if isinstance(value, str) else value

@@ -16,9 +16,13 @@ from dataclasses import dataclass
 import torch
 
 
-def recency(pos: torch.Tensor, now: int) -> torch.Tensor:
-    """1 for the newest kept token, falling linearly to 0 for the oldest one of each head."""
-    oldest = pos.amin(dim=-1, keepdim=True).float()
+def recency(pos: torch.Tensor, now: int, protected: torch.Tensor | None = None) -> torch.Tensor:
+    """1 for the newest kept token, falling linearly to 0 for the oldest evictable one of each head (`protected`
+    slots, e.g. the sinks at positions 0..3, do not stretch the scale)."""
+    if protected is not None:
+        oldest = pos.masked_fill(protected, now).amin(dim=-1, keepdim=True).float()
+    else:
+        oldest = pos.amin(dim=-1, keepdim=True).float()
     span = (now - oldest).clamp_min(1.0)
     return (pos.float() - oldest) / span
 
@@ -39,7 +43,9 @@ class Ranker(ABC):
         return acc
 
     @abstractmethod
-    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int) -> torch.Tensor: ...
+    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int, protected: torch.Tensor | None = None) -> torch.Tensor:
+        """Scores `[B, H, T]`; `protected` marks slots that are never evicted (their scores are ignored), so
+        normalisations run over the evictable slots only."""
 
 
 @dataclass
@@ -61,9 +67,12 @@ class EMARanker(Ranker):
         """One EMA update per attention call (a prefill chunk's mean mass counts once, like a decode step)."""
         return acc.lerp_(mass, 1.0 - self.decay)
 
-    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int) -> torch.Tensor:
-        ema = acc / acc.amax(dim=-1, keepdim=True).clamp_min(1e-12)
-        return self.alpha * ema + (1.0 - self.alpha) * recency(pos, now)
+    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int, protected: torch.Tensor | None = None) -> torch.Tensor:
+        # Normalised over the evictable slots: the sinks draw most of the mass, and dividing by their EMA would
+        # squash every candidate's EMA term towards 0 and leave recency to decide alone.
+        top = (acc if protected is None else acc.masked_fill(protected, 0.0)).amax(dim=-1, keepdim=True)
+        ema = acc / top.clamp_min(1e-12)
+        return self.alpha * ema + (1.0 - self.alpha) * recency(pos, now, protected)
 
 
 @dataclass
@@ -81,7 +90,7 @@ class H2ORanker(Ranker):
     def accumulate(self, acc: torch.Tensor, mass: torch.Tensor, queries: int = 1) -> torch.Tensor:
         return acc.add_(mass, alpha=float(queries))
 
-    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int) -> torch.Tensor:
+    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int, protected: torch.Tensor | None = None) -> torch.Tensor:
         return acc
 
 
@@ -91,7 +100,7 @@ class RecencyRanker(Ranker):
 
     uses_attention = False
 
-    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int) -> torch.Tensor:
+    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int, protected: torch.Tensor | None = None) -> torch.Tensor:
         return pos.float()
 
 
@@ -105,7 +114,7 @@ class RandomRanker(Ranker):
     def __post_init__(self) -> None:
         self._gen: torch.Generator | None = None
 
-    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int) -> torch.Tensor:
+    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int, protected: torch.Tensor | None = None) -> torch.Tensor:
         if self._gen is None:
             self._gen = torch.Generator(device="cpu").manual_seed(self.seed)
         return torch.rand(acc.shape, generator=self._gen).to(acc.device)

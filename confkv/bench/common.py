@@ -28,6 +28,10 @@ PAPER = {
     "memory_gb": {"full": 15.8, "confkv": 2.6},  # Qwen-32B, 4K generated tokens
 }
 
+# Quality benchmarks compare policies at matched footprints, so budgets are exact there: no eviction slack (the
+# speed default, `Storage.slack`, lets a layer run up to 16 tokens over its budget between eviction passes).
+EXACT_BUDGETS = {"slack": "0"}
+
 CORPUS_NAME = "King James Bible (Genesis-Exodus), Debian package bible-kjv 4.38"
 CORPUS_PASSAGE = "Ge1:1-Ex40:38"
 INSTALL_HINT = "install it with: sudo apt-get install bible-kjv   (Debian/Ubuntu; provides /usr/bin/bible)"

@@ -1,7 +1,8 @@
 """`bench decode`: decode speed after long contexts for plain transformers, our `full`, and `confkv`, side by side.
 
 Protocol: for each context length, each variant prefills the same token ids (Conf-KV prefills in chunks with eviction
-in between), then decodes `steps` tokens teacher-forced from the same ids. Variants are interleaved per repeat so
+in between), then decodes `steps` tokens teacher-forced from the same ids (rounded up to two or more whole
+eviction cycles of the policy's `slack`, see `whole_cycles`). Variants are interleaved per repeat so
 machine noise hits all of them alike; the per-step figure is the median over repeats of the mean step time.
 The policy's own bookkeeping (EMA, INT8 migration, ranking, compaction, and the confidence of each step) is timed
 inside the cache and session and reported as a share of the step. Attention-mass output is part of the attention
@@ -78,12 +79,20 @@ def _ours(model, ids: torch.Tensor, steps: int, policy) -> tuple[float, float, i
     return dt / steps, book / dt, kept, mem.kv_bytes, ids.shape[1] / prefill_s
 
 
+def whole_cycles(steps: int, slack: int) -> int:
+    """Steps rounded up to at least two whole eviction cycles (`slack + 1` steps each): with slack, only one step
+    in `slack + 1` evicts, so a shorter window would time the cheap steps only and flatter the cache."""
+    cycle = slack + 1
+    return max(2 * cycle, -(-steps // cycle) * cycle) if slack else steps
+
+
 def run_decode_bench(
     model, vocab_size: int, contexts: list[int], steps: int = 16, repeats: int = 3, confkv_overrides: dict | None = None,
     seed: int = 0,
 ) -> dict:
     gen = torch.Generator().manual_seed(seed)
     policies = {"full": get_policy("full"), "confkv": get_policy("confkv", confkv_overrides or {})}
+    steps = whole_cycles(steps, policies["confkv"].slack)
     rows: list[DecodeRow] = []
     for ctx in contexts:
         ids = torch.randint(10, vocab_size - 10, (1, ctx), generator=gen)

@@ -4,6 +4,8 @@ Arithmetic (batch 1), the same layout `ConfKVLayer` stores (see `kv_bytes`, test
 - a model-dtype token: K and V, every layer and KV head: 2 * layers * kv_heads * head_dim * dtype_bytes;
 - an INT8 token: 2 * layers * kv_heads * (head_dim * 1 + 4): int8 values plus one fp32 scale per token and head
   (`confkv.kernels.quantize_int8`);
+- every token Conf-KV keeps also carries 12 bytes per layer and KV head (its position and ranker accumulator);
+  the full cache it is compared with is a plain one, K and V only;
 - under Conf-KV after step t: kept_t = min(kept_{t-1} + 1, budget in force), of which the newest `int8_after` stay in the
   model dtype and the rest are INT8. The transient +1 token during a step is not counted (it is < 0.2% at 512).
 The trajectory is observed in a real run: the gate's state (n_high = unsure, n_low = confident) per token from a
@@ -21,6 +23,7 @@ from pathlib import Path
 from confkv.bench.common import PAPER
 
 INT8_SCALE_BYTES = 4  # fp32 scale per token per KV head, for K and for V
+SLOT_BOOKKEEPING_BYTES = 12  # per token per KV head in a Conf-KV cache: int64 position + fp32 ranker accumulator
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,13 @@ class KVConfig:
         return 2 * self.layers * self.kv_heads * (self.head_dim + INT8_SCALE_BYTES)
 
     def bytes(self, fp_tokens: int, int8_tokens: int = 0) -> int:
+        """K/V bytes alone (what a plain cache of `fp_tokens` holds)."""
         return fp_tokens * self.fp_token_bytes + int8_tokens * self.int8_token_bytes
+
+    def cache_bytes(self, fp_tokens: int, int8_tokens: int = 0) -> int:
+        """What a Conf-KV cache holds for these tokens: K/V plus each slot's position and accumulator."""
+        slots = (fp_tokens + int8_tokens) * self.layers * self.kv_heads
+        return self.bytes(fp_tokens, int8_tokens) + slots * SLOT_BOOKKEEPING_BYTES
 
     @classmethod
     def from_model(cls, model) -> KVConfig:
@@ -80,7 +89,7 @@ def trajectory_bytes(
     for t in range(n_tokens):
         kept = min(kept + 1, budget)  # evicted tokens never come back: a raised budget refills one token a step
         fp, q8 = kept_split(kept, None, int8_after)
-        per_token.append(cfg.bytes(fp, q8))
+        per_token.append(cfg.cache_bytes(fp, q8))
         budget = n_high if high[t % len(high)] else n_low
     return {"final_bytes": per_token[-1], "peak_bytes": max(per_token), "mean_bytes": sum(per_token) / n_tokens,
             "share_high": sum(high) / len(high)}

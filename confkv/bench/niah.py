@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from confkv.bench.common import CORPUS_NAME, PAPER, footprint, matched_fixed_budget
+from confkv.bench.common import CORPUS_NAME, EXACT_BUDGETS, PAPER, footprint, matched_fixed_budget
 from confkv.policies import get_policy
 from confkv.policy import KVPolicy
 from confkv.session import ConfKVSession
@@ -91,7 +91,7 @@ def make_cell(
 
 
 def _policy(name: str, overrides: dict[str, str], chunk: int, budget: int | None) -> KVPolicy:
-    base = {"prefill_chunk": str(chunk)}
+    base = {**EXACT_BUDGETS, "prefill_chunk": str(chunk)}
     if name == "full":
         return get_policy("full", base)
     if name == "sliding":

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from confkv.bench.common import CORPUS_NAME, PAPER, footprint, matched_fixed_budget
+from confkv.bench.common import CORPUS_NAME, EXACT_BUDGETS, PAPER, footprint, matched_fixed_budget
 from confkv.budget import ReplayBudget
 from confkv.policies import get_policy
 from confkv.policy import KVPolicy
@@ -93,12 +93,13 @@ def _chunk(session: ConfKVSession, part: list[int]) -> torch.Tensor:
 
 
 def _policy(name: str, overrides: dict[str, str], budget: int | None = None) -> KVPolicy:
+    overrides = {**EXACT_BUDGETS, **overrides}
     if name == "full":
         return get_policy("full")
     if name == "sliding":
-        return get_policy("sliding", {"budget": str(budget)})
+        return get_policy("sliding", {**EXACT_BUDGETS, "budget": str(budget)})
     if name == "h2o":
-        return get_policy("h2o", {"budget": str(budget), "protect": str(max(1, budget // 2))})
+        return get_policy("h2o", {**EXACT_BUDGETS, "budget": str(budget), "protect": str(max(1, budget // 2))})
     if name == NOINT8:
         return get_policy("confkv", {**overrides, "int8_after": "none"})
     if name in ABLATION:  # the ablation compares rankers only: INT8 off, like its reference confkv-noint8

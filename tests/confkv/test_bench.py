@@ -183,7 +183,7 @@ def test_memory_arithmetic_is_exact_against_a_real_cache():
     layers = session.cache.layers
     assert sum(layer.q8.n for layer in layers) > 0  # INT8 is really exercised
     want = session.cache.memory().kv_bytes
-    assert sum(cfg.bytes(layer.fp.n, layer.q8.n) for layer in layers) == want * cfg.layers
+    assert sum(cfg.cache_bytes(layer.fp.n, layer.q8.n) for layer in layers) == want * cfg.layers
     assert session.cache.full_kv_bytes() == cfg.bytes(85)
 
 
@@ -192,9 +192,10 @@ def test_memory_qwen32b_numbers():
     assert q.fp_token_bytes == 2 * 64 * 8 * 128 * 2 == 262144
     result = memory.run_memory(q, [True], n_tokens=4096, n_low=256, n_high=512, int8_after=64)
     assert result["full_bytes"] == 4096 * 262144
-    assert result["confkv"]["final_bytes"] == 64 * 262144 + 448 * 2 * 64 * 8 * 132
+    slot = 64 * 8 * 12  # position + accumulator of one kept token, every layer and KV head
+    assert result["confkv"]["final_bytes"] == 64 * 262144 + 448 * 2 * 64 * 8 * 132 + 512 * slot
     low = memory.run_memory(q, [False], n_tokens=4096)
-    assert low["confkv"]["final_bytes"] == 64 * 262144 + 192 * 2 * 64 * 8 * 132
+    assert low["confkv"]["final_bytes"] == 64 * 262144 + 192 * 2 * 64 * 8 * 132 + 256 * slot
     assert low["confkv"]["peak_bytes"] == low["confkv"]["final_bytes"]  # the budget is reached, never exceeded
     mixed = memory.run_memory(q, [True, False, False], n_tokens=4096)
     assert low["confkv"]["final_bytes"] <= mixed["confkv"]["final_bytes"] <= result["confkv"]["final_bytes"]

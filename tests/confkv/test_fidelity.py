@@ -30,3 +30,57 @@ def test_h2o_sums_a_prefill_chunk_over_its_queries() -> None:
         h_kv = layer.n_kv_heads
         want = probs.sum(dim=2).view(b, h_kv, hq // h_kv, t).mean(dim=2)
         torch.testing.assert_close(layer.fp.view("acc"), want, rtol=1e-4, atol=1e-5)
+
+
+def test_ema_rank_is_normalised_over_evictable_slots_not_the_sinks() -> None:
+    """A sink with 50x the mass of any candidate used to set the EMA scale (and position 0 the recency scale), so
+    the EMA term of every candidate was ~0 and recency alone decided: the attended old token A lost to the
+    unattended recent token B. Normalised over the evictable slots, A's attention counts and B goes."""
+    from confkv.rankers import EMARanker
+
+    acc = torch.tensor([[[50.0, 0.9, 0.0]]])  # sink, A (attended, old), B (never attended, recent)
+    pos = torch.tensor([[[0, 10, 40]]])
+    protected = torch.tensor([[[True, False, False]]])
+    scores = EMARanker(alpha=0.5).rank(acc, pos, now=41, protected=protected)
+    assert scores[0, 0, 1] > scores[0, 0, 2], "the attended token must outrank the unattended one"
+
+
+def test_kv_bytes_count_every_live_slot_buffer() -> None:
+    """Resident bytes include each slot's position and accumulator, not just K, V and scales (they were left out:
+    ~4.5% of an INT8 token), so equal-bytes comparisons between policies are honest."""
+    model, vocab = tiny_model("llama")
+    ids = torch.randint(0, vocab, (1, 40), generator=torch.Generator().manual_seed(1))
+    policy = get_policy("h2o", {"budget": "24", "sinks": "2", "protect": "4", "int8_after": "6", "prefill_chunk": "8"})
+    session = ConfKVSession(model, policy)
+    session.append(ids)
+    for layer in session.cache.layers:
+        live = sum(s.view(n).numel() * s.view(n).element_size() for s in (layer.fp, layer.q8) for n in s.bufs)
+        assert layer.q8.n > 0 and layer.kv_bytes() == live
+
+
+def test_tau_auto_opens_the_gate_on_about_a_share_q_of_forwards() -> None:
+    """`tau=auto:q` (issue 12): the threshold is the running q-quantile of the cache's own confidences, so the gate
+    opens on ~q of the forwards after warmup, while the fixed tau=0.5 of the preset never opens on a model whose
+    confidences sit above it (here: a shifted stream, like SmolLM2's ~0.8)."""
+    from confkv.budget import QuantileGate
+
+    gen = torch.Generator().manual_seed(0)
+    stream = (0.8 + 0.05 * torch.randn(600, generator=gen)).tolist()
+    gate = get_policy("confkv", {"tau": "auto:0.2"}).schedule()
+    assert isinstance(gate, QuantileGate) and gate.q == 0.2
+    fixed = get_policy("confkv").schedule()
+    opened = [gate.budget(c) == gate.n_high for c in stream][gate.warmup :]
+    assert 0.15 < sum(opened) / len(opened) < 0.25
+    assert not any(fixed.budget(c) == fixed.n_high for c in stream)
+
+
+def test_the_cache_reports_its_gate_open_rate_with_tau_auto() -> None:
+    model, vocab = tiny_model("qwen2")
+    ids = torch.randint(0, vocab, (1, 8), generator=torch.Generator().manual_seed(2))
+    sets = {"n_low": "12", "n_high": "20", "sinks": "2", "protect": "4", "int8_after": "none", "tau": "auto:0.3"}
+    session = ConfKVSession(model, get_policy("confkv", sets))
+    session.append(ids)
+    session.decode(80)
+    rate = session.cache.gate_open_rate
+    assert rate is not None and 0.1 < rate < 0.6, rate
+    assert ConfKVSession(model, get_policy("full")).cache.gate_open_rate is None

@@ -28,7 +28,7 @@ def test_a_mass_only_ranker_is_one_class_and_one_registry_line(monkeypatch: pyte
         def accumulate(self, acc: torch.Tensor, mass: torch.Tensor, queries: int = 1) -> torch.Tensor:
             return acc.copy_(mass)
 
-        def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int) -> torch.Tensor:
+        def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int, protected=None) -> torch.Tensor:
             self.calls += 1
             return acc
 

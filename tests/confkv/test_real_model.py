@@ -27,7 +27,8 @@ def test_full_policy_gives_the_same_tokens_as_plain_generate(smollm2) -> None:
     ours = generate(model, tok, PROMPT, get_policy("full"), max_new_tokens=48, ignore_eos=True)
     plain = plain_generate(model, tok, PROMPT, 48, chat=False, ignore_eos=True)
     assert ours.token_ids == plain
-    assert ours.peak_kv_bytes == ours.full_kv_bytes
+    # Our slots also keep a position and an accumulator per token and head (12 of SmolLM2's 512 bytes per head).
+    assert ours.full_kv_bytes < ours.peak_kv_bytes <= 1.03 * ours.full_kv_bytes
 
 
 @pytest.mark.model
