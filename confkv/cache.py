@@ -66,7 +66,8 @@ class ConfKVCache(Cache):
         self.bookkeeping_s = 0.0  # time in end_forward (confidence, ranking, migration, compaction): for benchmarks
         wants_mass = self.policy.wants_mass
         layers = [
-            ConfKVLayer(i, wants_mass, self.policy.evicts, record_evictions, on_update=self._check_attached)
+            ConfKVLayer(i, wants_mass, self.policy.evicts, record_evictions, on_update=self._check_attached,
+                        channel_keys=self.policy.key_scales == "channel")
             for i in range(self.n_layers)
         ]
         super().__init__(layers=layers)

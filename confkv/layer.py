@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import CacheLayerMixin
 
-from confkv.kernels import SegmentedKV, quantize_int8
+from confkv.kernels import SegmentedKV, channel_scales, quantize_int8, quantize_keys
 from confkv.slots import SlotStore
 
 
@@ -48,6 +48,7 @@ class ConfKVLayer(CacheLayerMixin):
         evicts: bool = False,
         record_evictions: bool = False,
         on_update: Callable[[], None] | None = None,
+        channel_keys: bool = True,
     ) -> None:
         super().__init__()
         self.layer_idx = layer_idx
@@ -56,6 +57,8 @@ class ConfKVLayer(CacheLayerMixin):
         self.record_evictions = record_evictions
         self.on_update = on_update  # the cache checks it is attached and keeps its peak accounting
         self.capacity_hint: int | None = None  # the last budget + slack: caps geometric growth of the model-dtype store
+        self.channel_keys = channel_keys  # INT8 keys get per-channel scales, fixed at the first migration
+        self.k_channel: torch.Tensor | None = None  # [B, H_kv, D]
         self.fp = SlotStore()
         self.q8 = SlotStore()
         self.seen = 0
@@ -110,6 +113,7 @@ class ConfKVLayer(CacheLayerMixin):
         self.evictions = []
         self._slot_bytes = None
         self.pin_state = None
+        self.k_channel = None
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         raise NotImplementedError("Conf-KV does not support beam search (per-head eviction state is not reordered)")
@@ -149,6 +153,7 @@ class ConfKVLayer(CacheLayerMixin):
             v_fp=self.fp.view("v"),
             pos_q=self.q8.view("pos") if has_q8 else None,
             pos_fp=self.fp.view("pos"),
+            k_channel=self.k_channel if has_q8 else None,
         )
 
     # -- what the policy tells it --------------------------------------------------------------------------------
@@ -167,8 +172,10 @@ class ConfKVLayer(CacheLayerMixin):
 
     def quantize_oldest(self, m: int, capacity: int | None = None) -> None:
         """Move the `m` oldest model-dtype tokens (same positions in all heads) to the INT8 store."""
+        if self.channel_keys and self.k_channel is None:  # calibrated once, on the whole window (not just the batch)
+            self.k_channel = channel_scales(self.fp.view("k"))
         old = self.fp.pop_front(m)
-        k_q, k_scale = quantize_int8(old["k"])
+        k_q, k_scale = quantize_keys(old["k"], self.k_channel)
         v_q, v_scale = quantize_int8(old["v"])
         self.q8.append(limit=capacity, k=k_q, v=v_q, k_scale=k_scale, v_scale=v_scale, pos=old["pos"], acc=old["acc"])
 

@@ -105,6 +105,7 @@ class Storage:
     decode step then costs the ranking, top-k and compaction once per `slack + 1` steps instead of every step."""
 
     int8_after: int | None = None
+    key_scales: str = "channel"  # INT8 keys: "channel" (per-channel pre-scaling, KIVI-style) or "token" (per token only)
     prefill_chunk: int = 512
     # 16 from a sweep (SmolLM2-135M, 4K context, 99 decode steps, speed vs plain DynamicCache in one run):
     # slack 0 -> 1.15x, 16 -> 1.29x, 32 -> 1.29x, 64 -> 1.30x; the cost is up to 16 extra kept tokens per layer.
@@ -220,6 +221,8 @@ class KVPolicy:
                 )
         if self.storage.int8_after is not None and self.storage.int8_after < 1:
             raise PolicyError("int8_after must be >= 1 (or None to disable INT8)")
+        if self.storage.key_scales not in ("channel", "token"):
+            raise PolicyError(f"key_scales must be 'channel' or 'token', got {self.storage.key_scales!r}")
         if self.storage.prefill_chunk < 1:
             raise PolicyError("prefill_chunk must be >= 1")
         in_range("slack", 0)

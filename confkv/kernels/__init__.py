@@ -16,12 +16,14 @@ import os
 import torch
 
 from confkv.kernels.reference import reference_attention
-from confkv.kernels.segments import SegmentedKV, dequantize, quantize_int8
+from confkv.kernels.segments import SegmentedKV, channel_scales, dequantize, quantize_int8, quantize_keys
 
 __all__ = [
     "SegmentedKV",
+    "channel_scales",
     "dequantize",
     "quantize_int8",
+    "quantize_keys",
     "reference_attention",
     "segmented_attention",
     "select_backend",

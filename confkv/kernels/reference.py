@@ -52,7 +52,8 @@ def _block_scores(
     """fp32 scaled scores `[B,Hkv,R,n]` of the query rows against one key block, -inf where not visible."""
     sl = slice(blk.start, blk.stop)
     if blk.quantized:
-        s = q_rows @ kv.k_q[:, :, sl].float().transpose(-1, -2)
+        qc = q_rows if kv.k_channel is None else q_rows * kv.k_channel.unsqueeze(2)
+        s = qc @ kv.k_q[:, :, sl].float().transpose(-1, -2)
         s = s * kv.k_scale[:, :, None, sl].float()
         pos = kv.pos_q
     else:
@@ -163,7 +164,10 @@ def _row_blocks(
     # matmul for the scores and one for the output: at decode sizes the number of (tiny) matmuls is what costs, not
     # the copy (measured on SmolLM2 shapes: ~25% faster than scaling INT8 and model-dtype scores separately).
     if n_q8:
-        parts_k = [kv.k_q * kv.k_scale.float().unsqueeze(-1)] + ([kv.k_fp.float()] if kv.n_fp else [])
+        k_deq = kv.k_q * kv.k_scale.float().unsqueeze(-1)
+        if kv.k_channel is not None:
+            k_deq = k_deq * kv.k_channel.unsqueeze(2)
+        parts_k = [k_deq] + ([kv.k_fp.float()] if kv.n_fp else [])
         parts_v = [kv.v_q * kv.v_scale.float().unsqueeze(-1)] + ([kv.v_fp.float()] if kv.n_fp else [])
         keys = torch.cat(parts_k, dim=2) if len(parts_k) > 1 else parts_k[0]
         values = torch.cat(parts_v, dim=2) if len(parts_v) > 1 else parts_v[0]

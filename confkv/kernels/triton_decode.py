@@ -94,9 +94,11 @@ def _segment_pass(
     return m_i, l_i, acc
 
 
-@triton.jit
+# Lengths and split counts change every decode step: Triton would otherwise specialise on each integer's value
+# (== 1, divisibility by 16) and recompile as they cross those classes.
+@triton.jit(do_not_specialize=["L", "R", "Tq", "Tf", "keys_per_split", "n_splits"])
 def _split_kernel(
-    Q, KQ, VQ, KS, VS, PQ, KF, VF, PF, QPOS, OUT_PART, LSE_PART, LOGITS,
+    Q, QC, KQ, VQ, KS, VS, PQ, KF, VF, PF, QPOS, OUT_PART, LSE_PART, LOGITS,
     stride_qb, stride_qh, stride_ql,
     s_kqb, s_kqh, s_kqt, s_vqb, s_vqh, s_vqt, s_sb, s_sh, s_wb, s_wh, s_pqb, s_pqh,
     s_kfb, s_kfh, s_kft, s_vfb, s_vfh, s_vft, s_pfb, s_pfh,
@@ -107,8 +109,8 @@ def _split_kernel(
     bh = tl.program_id(0)
     rb = tl.program_id(1)
     split = tl.program_id(2)
-    b = bh // Hkv
-    h = bh % Hkv
+    b = (bh // Hkv).to(tl.int64)  # b * stride in int64: a large cache overflows int32 offsets
+    h = (bh % Hkv).to(tl.int64)
     rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < R
     qhead = h * G + rows // L
@@ -116,8 +118,12 @@ def _split_kernel(
     d = tl.arange(0, BLOCK_D)
     qptr = Q + b * stride_qb + qhead[:, None] * stride_qh + ql[:, None] * stride_ql + d[None, :]
     q = tl.load(qptr, mask=rmask[:, None] & (d < D)[None, :], other=0.0)
+    # QC: the queries times the INT8 keys' channel scales (same layout as Q; Q itself when there are none)
+    qcptr = QC + b * stride_qb + qhead[:, None] * stride_qh + ql[:, None] * stride_ql + d[None, :]
+    q8 = tl.load(qcptr, mask=rmask[:, None] & (d < D)[None, :], other=0.0)
     if DOT_FP32:
         q = q.to(tl.float32)
+        q8 = q8.to(tl.float32)
     row_pos = tl.zeros([BLOCK_R], dtype=tl.int64)
     if HAS_QPOS:
         row_pos = tl.load(QPOS + b * L + ql, mask=rmask, other=0)
@@ -129,7 +135,7 @@ def _split_kernel(
     hi = tl.minimum(lo + keys_per_split, Tq + Tf)
     logit_row_base = bh * R
     m_i, l_i, acc = _segment_pass(
-        q, row_pos, rows, rmask, m_i, l_i, acc, KQ, VQ, KS, VS, PQ, LOGITS,
+        q8, row_pos, rows, rmask, m_i, l_i, acc, KQ, VQ, KS, VS, PQ, LOGITS,
         s_kqb, s_kqh, s_kqt, s_vqb, s_vqh, s_vqt, s_sb, s_sh, s_wb, s_wh, s_pqb, s_pqh,
         b, h, lo, tl.minimum(hi, Tq), 0, Tq + Tf, qk_scale, logit_row_base, D,
         True, HAS_QPOS, WRITE_LOGITS, DOT_FP32, BLOCK_N, BLOCK_D,
@@ -148,7 +154,7 @@ def _split_kernel(
     tl.store(LSE_PART + part_row, lse, mask=rmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["L", "R", "n_splits"])
 def _merge_kernel(
     OUT_PART, LSE_PART, OUT, LSE,
     stride_ob, stride_oh, stride_ol,
@@ -157,8 +163,8 @@ def _merge_kernel(
 ):
     bh = tl.program_id(0)
     rb = tl.program_id(1)
-    b = bh // Hkv
-    h = bh % Hkv
+    b = (bh // Hkv).to(tl.int64)  # b * stride in int64: a large cache overflows int32 offsets
+    h = (bh % Hkv).to(tl.int64)
     rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < R
     d = tl.arange(0, BLOCK_D)
@@ -187,7 +193,7 @@ def _merge_kernel(
     tl.store(LSE + bh * R + rows, lse_final, mask=rmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["L", "T"])
 def _mass_kernel(LOGITS, LSE, MASS, L, T, inv_l, BLOCK_T: tl.constexpr):
     """LOGITS/LSE rows are laid out [B, Hq, L] (row g*L + l of KV head h is query head h*G + g), so row = bq*L + l."""
     bq = tl.program_id(0)
@@ -227,6 +233,18 @@ def _num_splits(q: torch.Tensor, work_items: int, n_keys: int, block_n: int) -> 
     return max(1, min(want, triton.cdiv(n_keys, 2 * block_n)))
 
 
+_DUMMIES: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
+def _dummy(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A 1-element placeholder for an absent segment's pointer (never read), made once per device and dtype: an
+    allocation per call would be a launch-sized cost on every decode step."""
+    key = (device, dtype)
+    if key not in _DUMMIES:
+        _DUMMIES[key] = torch.zeros((1, 1, 1), dtype=dtype, device=device)
+    return _DUMMIES[key]
+
+
 def triton_attention(
     q: torch.Tensor,
     kv: SegmentedKV,
@@ -257,8 +275,11 @@ def triton_attention(
     n_keys = tq + tf
     scale = d**-0.5 if scaling is None else float(scaling)
     dev = q.device
-    if q.stride(-1) != 1:
+    if q.stride(-1) != 1 or kv.k_channel is not None:
         q = q.contiguous()
+    qc = q
+    if kv.k_channel is not None and tq:
+        qc = (q.float() * kv.k_channel.repeat_interleave(g, dim=1).unsqueeze(2)).to(q.dtype).contiguous()
 
     block_d = _pow2(d)
     block_r = _pow2(min(rows, 64))
@@ -272,11 +293,11 @@ def triton_attention(
 
     # Empty segments: point at the other segment's tensors; their loops run zero iterations.
     kq, vq = (kv.k_q, kv.v_q) if tq else (kv.k_fp, kv.v_fp)
-    dummy_scale = torch.zeros((1, 1, 1), dtype=torch.float32, device=dev)
+    dummy_scale = _dummy(dev, torch.float32)
     ks, vs = (kv.k_scale, kv.v_scale) if tq else (dummy_scale, dummy_scale)
     kf, vf = (kv.k_fp, kv.v_fp) if tf else (kv.k_q, kv.v_q)
     has_pos = q_pos is not None
-    dummy_pos = torch.zeros((1, 1, 1), dtype=torch.int64, device=dev)
+    dummy_pos = _dummy(dev, torch.int64)
     pq = kv.pos_q if has_pos and tq else dummy_pos
     pf = kv.pos_fp if has_pos and tf else dummy_pos
     qpos = q_pos.to(device=dev, dtype=torch.int64).contiguous() if has_pos else dummy_pos
@@ -287,7 +308,7 @@ def triton_attention(
     dot_fp32 = _INTERPRET or q.dtype == torch.float32
 
     _split_kernel[(b * hkv, row_blocks, splits)](
-        q, kq, vq, ks, vs, pq, kf, vf, pf, qpos, out_part, lse_part, logits,
+        q, qc, kq, vq, ks, vs, pq, kf, vf, pf, qpos, out_part, lse_part, logits,
         q.stride(0), q.stride(1), q.stride(2),
         *_kv_strides(kq), *_kv_strides(vq), *_vec_strides(ks), *_vec_strides(vs), *_vec_strides(pq),
         *_kv_strides(kf), *_kv_strides(vf), *_vec_strides(pf),

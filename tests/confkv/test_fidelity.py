@@ -84,3 +84,28 @@ def test_the_cache_reports_its_gate_open_rate_with_tau_auto() -> None:
     rate = session.cache.gate_open_rate
     assert rate is not None and 0.1 < rate < 0.6, rate
     assert ConfKVSession(model, get_policy("full")).cache.gate_open_rate is None
+
+
+def test_channel_scaled_int8_keys_shrink_the_error_on_outlier_channels() -> None:
+    """Keys with a few outlier channels (what real models have, KIVI): per-token INT8 wastes the grid on them; the
+    per-channel pre-scaling about halves the relative score error, and the segment still dequantizes exactly
+    as `q * k_scale * k_channel` (the reference attention agrees with a dense fp64 oracle)."""
+    from confkv.kernels import SegmentedKV, reference_attention
+
+    gen = torch.Generator().manual_seed(4)
+    k = torch.randn(1, 2, 64, 32, generator=gen)
+    k[..., :2] *= 30.0  # two outlier channels in every token
+    v = torch.randn(1, 2, 64, 32, generator=gen)
+    q = torch.randn(1, 4, 1, 32, generator=gen)
+    exact = (q.view(1, 2, 2, 32) @ k.transpose(-1, -2)).flatten()
+    errors = {}
+    for channel in (False, True):
+        kv = SegmentedKV.from_dense(k, v, 64, channel_keys=channel)
+        deq = kv.k_q.float() * kv.k_scale.unsqueeze(-1) * (1 if kv.k_channel is None else kv.k_channel.unsqueeze(2))
+        approx = (q.view(1, 2, 2, 32) @ deq.transpose(-1, -2)).flatten()
+        errors[channel] = float((approx - exact).abs().mean() / exact.abs().mean())
+        out, _ = reference_attention(q, kv, None, 32**-0.5)
+        probs = torch.softmax((q.view(1, 2, 2, 32).double() @ deq.double().transpose(-1, -2)) * 32**-0.5, -1)
+        v_deq = kv.v_q.double() * kv.v_scale.double().unsqueeze(-1)
+        torch.testing.assert_close(out.view(1, 2, 2, 32).double(), probs @ v_deq, atol=1e-5, rtol=0)
+    assert errors[True] < 0.6 * errors[False], errors  # about half, measured 0.0050 vs 0.0092

@@ -39,7 +39,8 @@ def naive_attention(
     """Dense fp64 oracle: dequantize both segments, concatenate, repeat K/V per query head, mask, softmax."""
     parts_k, parts_v, parts_p = [], [], []
     if kv.n_int8:
-        parts_k.append(dequantize(kv.k_q, kv.k_scale, torch.float64))
+        k_deq = dequantize(kv.k_q, kv.k_scale, torch.float64)
+        parts_k.append(k_deq if kv.k_channel is None else k_deq * kv.k_channel.double().unsqueeze(2))
         parts_v.append(dequantize(kv.v_q, kv.v_scale, torch.float64))
         parts_p.append(kv.pos_q)
     if kv.n_fp:
@@ -299,3 +300,24 @@ def test_causal_tail_equals_the_position_mask(n_int8: int, score_budget: int) ->
     torch.testing.assert_close(small[1], want_mass, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="causal_tail"):
         reference_attention(q, kv, q_pos, 0.3, True, causal_tail=q.shape[2])
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_channel_scaled_keys_match_the_oracle(backend: str) -> None:
+    """INT8 keys with per-channel scales (`k_channel`): the reference (blockwise and row-blocked) and the Triton
+    kernel read them as q * k_scale * k_channel, like the dense oracle."""
+    if backend == "triton" and not HAS_TRITON:
+        pytest.skip("triton is not installed (it is optional on this platform)")
+    q, kv, q_pos = make_case(1, 2, 2, 3, 16, 37, 20, torch.float32, True, seed=9, device=TRITON_DEVICE)
+    k_deq = kv.k_q.float() * kv.k_scale.unsqueeze(-1)
+    kv = SegmentedKV.from_dense(torch.cat([k_deq, kv.k_fp], 2), torch.cat([kv.v_q.float() * kv.v_scale.unsqueeze(-1),
+                                kv.v_fp], 2), 20, torch.cat([kv.pos_q, kv.pos_fp], 2), channel_keys=True)
+    assert kv.k_channel is not None
+    for pos in (q_pos, None):
+        want = naive_attention(q, kv, pos, 0.3)
+        if backend == "triton":
+            out, mass = _kernel(q, kv, pos, 0.3, True, num_splits=2, block_n=16)
+        else:
+            out, mass = reference_attention(q, kv, pos, 0.3, True)
+        torch.testing.assert_close(out, want[0].float(), atol=2e-4, rtol=0)
+        torch.testing.assert_close(mass, want[1].float(), atol=1e-5, rtol=0)
