@@ -96,6 +96,43 @@ class QuantileGate:
         return self.n_high
 
 
+@dataclass
+class Hysteresis:
+    """A gate whose expansions keep something: it opens at once (the inner schedule's larger answer wins) but closes
+    gradually, at most `shrink` tokens per forward towards the inner answer. Why: eviction is irreversible, so the
+    paper's literal schedule lets one confident step right after an uncertain one throw away everything the
+    expansion kept (512 -> 256 in one step), and that step pays a 256-token eviction. With `shrink` the expansion
+    decays over n_high - n_low / shrink confident forwards instead. One instance per cache: it holds state."""
+
+    inner: GatedBudget | QuantileGate
+    shrink: int
+    last: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.shrink < 1:
+            raise ValueError(f"shrink must be >= 1 token per forward, got {self.shrink}")
+
+    @property
+    def n_low(self) -> int:
+        return self.inner.n_low
+
+    @property
+    def n_high(self) -> int:
+        return self.inner.n_high
+
+    def budget(self, confidence: float | None) -> int:
+        target = self.inner.budget(confidence)
+        if self.last is None or target >= self.last:
+            self.last = target
+        else:
+            self.last = max(target, self.last - self.shrink)
+        return self.last
+
+    @property
+    def max_budget(self) -> int:
+        return self.inner.max_budget
+
+
 @dataclass(frozen=True)
 class ReplayBudget:
     """Replays a recorded budget trajectory, so ablations evict at exactly the rate and times of another run."""

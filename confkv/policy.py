@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from confkv.budget import FixedBudget, GatedBudget, QuantileGate, pyramid_budgets
+from confkv.budget import FixedBudget, GatedBudget, Hysteresis, QuantileGate, pyramid_budgets
 from confkv.confidence import DEFAULT_WEIGHTS, confidence
 from confkv.rankers import RANKERS, EMARanker, RandomRanker, Ranker
 
@@ -51,16 +51,19 @@ class Gate:
     n_high: int = 512
     tau: float = 0.5
     tau_quantile: float | None = None  # `tau=auto:q`: tau = the q-quantile of the cache's own confidences
+    shrink: int | None = None  # hysteresis: close the gate by at most this many tokens per forward (None: at once)
     pyramid: bool = False
     pyramid_spread: float = 0.5
     confidence_weights: tuple[float, float, float] = DEFAULT_WEIGHTS
     confidence_rescale: bool = False
 
-    def schedule(self) -> FixedBudget | GatedBudget | QuantileGate | None:
-        if self.gated and self.tau_quantile is not None:
-            return QuantileGate(self.n_low, self.n_high, self.tau_quantile)
+    def schedule(self) -> FixedBudget | GatedBudget | QuantileGate | Hysteresis | None:
         if self.gated:
-            return GatedBudget(self.n_low, self.n_high, self.tau)
+            if self.tau_quantile is not None:
+                gate: GatedBudget | QuantileGate = QuantileGate(self.n_low, self.n_high, self.tau_quantile)
+            else:
+                gate = GatedBudget(self.n_low, self.n_high, self.tau)
+            return gate if self.shrink is None else Hysteresis(gate, self.shrink)
         return FixedBudget(self.budget) if self.budget is not None else None
 
 
@@ -173,7 +176,7 @@ class KVPolicy:
         """Attention must return per-key mass (else it may take the fused sdpa path)."""
         return self.evicts and self.ranking.build().uses_attention
 
-    def schedule(self) -> FixedBudget | GatedBudget | QuantileGate | None:
+    def schedule(self) -> FixedBudget | GatedBudget | QuantileGate | Hysteresis | None:
         return self.gate.schedule()
 
     def make_ranker(self) -> Ranker:
@@ -194,6 +197,8 @@ class KVPolicy:
         for key in ("alpha", "ema_decay", "tau"):
             in_range(key, 0.0, 1.0)
         in_range("pyramid_spread", 0.0, 1.0, open_high=True)
+        if gate.shrink is not None:
+            in_range("shrink", 1)
         if gate.tau_quantile is not None:
             in_range("tau_quantile", 0.0, 1.0, open_high=True)
             if gate.tau_quantile == 0.0:

@@ -109,3 +109,38 @@ def test_channel_scaled_int8_keys_shrink_the_error_on_outlier_channels() -> None
         v_deq = kv.v_q.double() * kv.v_scale.double().unsqueeze(-1)
         torch.testing.assert_close(out.view(1, 2, 2, 32).double(), probs @ v_deq, atol=1e-5, rtol=0)
     assert errors[True] < 0.6 * errors[False], errors  # about half, measured 0.0050 vs 0.0092
+
+
+def test_hysteresis_opens_at_once_and_closes_by_at_most_shrink_tokens_per_forward() -> None:
+    """`shrink` (issue 12): one confident step after an uncertain one no longer drops 512 -> 256 at once (which threw
+    away everything the expansion kept); the budget decays `shrink` tokens per confident forward and snaps back up
+    when the model is unsure again. Without it the literal schedule is unchanged."""
+    from confkv.budget import GatedBudget, Hysteresis
+
+    gate = get_policy("confkv", {"shrink": "100"}).schedule()
+    assert isinstance(gate, Hysteresis)
+    budgets = [gate.budget(c) for c in (0.1, 0.9, 0.9, 0.9, 0.1, 0.9)]
+    assert budgets == [512, 412, 312, 256, 512, 412]
+    literal = get_policy("confkv").schedule()
+    assert isinstance(literal, GatedBudget)
+    assert [literal.budget(c) for c in (0.1, 0.9, 0.9)] == [512, 256, 256]
+
+
+def test_a_session_with_hysteresis_evicts_gradually() -> None:
+    model, vocab = tiny_model("llama")
+    ids = torch.randint(0, vocab, (1, 40), generator=torch.Generator().manual_seed(8))
+    from confkv.budget import GatedBudget
+
+    sets = {"n_low": "12", "n_high": "36", "sinks": "2", "protect": "4", "int8_after": "none", "slack": "0",
+            "shrink": "4", "prefill_chunk": "8", "tau": "1.0"}  # tau 1: always unsure while prefilling
+    session = ConfKVSession(model, get_policy("confkv", sets))
+    session.append(ids)
+    assert session.cache.layers[0].physical_length == 36
+    session.cache.schedule.inner = GatedBudget(12, 36, 0.0)  # from now on always confident
+    kept = [36]
+    for _ in range(8):
+        session.step(1)
+        kept.append(session.cache.layers[0].physical_length)
+    assert kept[-1] == 12, kept  # it does close ...
+    # ... by `shrink` kept tokens per step (the budget's own step), never 24 at once
+    assert all(a - b <= 4 for a, b in zip(kept, kept[1:], strict=False)), kept
