@@ -1,18 +1,21 @@
 """PyTorch reference of segmented attention: the CPU path, and the oracle the Triton kernel is tested against.
 
-Design choices, and why:
+Two paths, and why:
+- **Row blocks** (`_row_blocks`: no `q_pos`, or the cache's `causal_tail`, and at most 4 x `max_block` keys): every
+  key is visible to every query except the causal tail of the call's own tokens, so each block of queries gets one
+  fp32 softmax over all keys, and the mass comes from the same probabilities. INT8 keys/values are dequantized once
+  per call (`k_q * k_scale [* k_channel]`) and joined with the model-dtype ones: two matmuls per block. This is what
+  the cache runs for every decode step and prefill chunk (per-op dispatch, not FLOPs, is the decode cost on CPU).
+- **Blockwise over keys** with an online (running max + sum) softmax, for general per-key positions (`q_pos`) or
+  very long caches: the transient memory is bounded: per block we materialize the fp32 scores `[B,Hkv,G*L,n]` and
+  the fp32 copies of that block's K and V `[B,Hkv,n,D]`, n chosen so the scores stay under `score_budget` elements
+  and n <= `max_block`. INT8 is folded into the math there: scores = ((q * k_channel) @ k_q^T) * k_scale, and the V
+  product is (p * v_scale) @ v_q. Mass: when all blocks' scores fit the budget they are kept and normalized with the
+  final log-sum-exp; otherwise they are recomputed block by block (second pass).
 - GQA without repeating K/V: q `[B,Hq,L,D]` is viewed as `[B,Hkv,G*L,D]` (query head `h*G + g` uses KV head `h`,
   like `repeat_kv`), so one matmul per KV head serves its whole group.
-- INT8 dequantization is folded into the math instead of materializing dequantized K/V in the model dtype:
-  scores = (q @ k_q^T) * k_scale, and the V product is (p * v_scale) @ v_q. The int8 block is still converted to
-  fp32 for the matmul (PyTorch has no int8 x float GEMM), but only one key block at a time.
-- Scores, softmax and accumulation are fp32 whatever the input dtype; the output is cast back to q's dtype.
-- Blockwise over keys with an online (running max + sum) softmax, so the transient memory is bounded: per block we
-  materialize the fp32 scores `[B,Hkv,G*L,n]` and the fp32 copies of that block's K and V `[B,Hkv,n,D]`, where n is
-  chosen so the scores stay under `score_budget` elements and n <= `max_block`. For decode (L=1) on small models the
-  whole cache is one block and this is a plain softmax.
-- Attention mass: softmax probabilities averaged over the L queries. When all blocks' scores fit the budget they are
-  kept and normalized with the final log-sum-exp; otherwise the scores are recomputed block by block (second pass).
+- Scores, softmax and accumulation are fp32 whatever the input dtype; the output is cast back to q's dtype. Mass is
+  the softmax probability averaged over the L queries.
 - A query that sees no key at all (all masked) gets output 0 and mass 0 rather than NaN.
 """
 
