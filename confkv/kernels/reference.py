@@ -50,17 +50,17 @@ def _blocks(kv: SegmentedKV, block: int) -> Iterator[_Block]:
 
 
 def _block_scores(
-    q_rows: torch.Tensor, kv: SegmentedKV, blk: _Block, row_pos: torch.Tensor | None
+    q_rows: tuple[torch.Tensor, torch.Tensor], kv: SegmentedKV, blk: _Block, row_pos: torch.Tensor | None
 ) -> torch.Tensor:
-    """fp32 scaled scores `[B,Hkv,R,n]` of the query rows against one key block, -inf where not visible."""
+    """fp32 scaled scores `[B,Hkv,R,n]` of the query rows against one key block, -inf where not visible.
+    `q_rows` = (rows for model-dtype keys, rows for INT8 keys: times `k_channel` when the keys have one)."""
     sl = slice(blk.start, blk.stop)
     if blk.quantized:
-        qc = q_rows if kv.k_channel is None else q_rows * kv.k_channel.unsqueeze(2)
-        s = qc @ kv.k_q[:, :, sl].float().transpose(-1, -2)
+        s = q_rows[1] @ kv.k_q[:, :, sl].float().transpose(-1, -2)
         s = s * kv.k_scale[:, :, None, sl].float()
         pos = kv.pos_q
     else:
-        s = q_rows @ kv.k_fp[:, :, sl].float().transpose(-1, -2)
+        s = q_rows[0] @ kv.k_fp[:, :, sl].float().transpose(-1, -2)
         pos = kv.pos_fp
     if row_pos is not None:
         visible = pos[:, :, None, sl] <= row_pos[:, None, :, None]
@@ -113,6 +113,7 @@ def reference_attention(
     if causal_tail:  # too many keys for a row block: the tail's own positions give the same visibility
         q_pos = kv.pos_fp[:, 0, -causal_tail:]
     q_rows = q.float().reshape(b, hkv, rows, d) * scale
+    both_rows = (q_rows, q_rows if kv.k_channel is None else q_rows * kv.k_channel.unsqueeze(2))  # once, not per block
     row_pos = None if q_pos is None else q_pos.to(torch.int64).repeat(1, g)  # row g*L + l has q_pos[:, l]
     if score_budget < 1 or max_block < 1:
         raise ValueError("score_budget and max_block must be positive")
@@ -125,7 +126,7 @@ def reference_attention(
     keep_scores = return_mass and b * hkv * rows * kv.n_keys <= score_budget
     kept: list[torch.Tensor] = []
     for blk in _blocks(kv, block):
-        s = _block_scores(q_rows, kv, blk, row_pos)
+        s = _block_scores(both_rows, kv, blk, row_pos)
         if keep_scores:
             kept.append(s)
         m_new = torch.maximum(m, s.amax(dim=-1))
@@ -144,7 +145,7 @@ def reference_attention(
 
     # +inf for unseen rows makes exp(s - lse) exactly 0 there (s is finite or -inf, never +inf).
     lse = torch.where(seen, m + torch.log(denom.clamp_min(1e-30)), torch.full_like(m, float("inf")))
-    score_blocks = kept if keep_scores else (_block_scores(q_rows, kv, blk, row_pos) for blk in _blocks(kv, block))
+    score_blocks = kept if keep_scores else (_block_scores(both_rows, kv, blk, row_pos) for blk in _blocks(kv, block))
     mass = [
         torch.exp(s - lse.unsqueeze(-1)).reshape(b, hkv, g, n_q, -1).mean(dim=3).reshape(b, hq, -1)
         for s in score_blocks
