@@ -72,23 +72,14 @@ def run_config(policy: str, settings: AgentSettings) -> tuple[str, dict[str, Any
 
 def load_model(name: str, int8: bool = False, dtype: str | None = None) -> tuple[Any, Any]:
     """`confkv.models.load` in `dtype`, optionally with dynamic INT8 Linear layers (a CPU speed-up, see
-    `quantize_int8`; those keep fp32 activations, so INT8 implies fp32)."""
+    `confkv.models.int8`; those keep fp32 activations, so INT8 implies fp32)."""
     from confkv.models import load
+    from confkv.models.int8 import int8_linears
 
     model, tokenizer = load(name, dtype="fp32" if int8 else dtype)
     if int8:
-        model = quantize_int8(model)
+        model = int8_linears(model)
     return model, tokenizer
-
-
-def quantize_int8(model: Any) -> Any:
-    """Dynamic INT8 quantization of every Linear but the LM head (CPU only): int8 weights, fp32 activations."""
-    import torch
-
-    head = model.get_output_embeddings()
-    skip = {name for name, module in model.named_modules() if module is head}
-    spec = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name not in skip}
-    return torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8)
 
 
 class Worker:

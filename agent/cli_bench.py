@@ -122,6 +122,7 @@ def ppl(
     stride: int = typer.Option(None, "--stride", min=1, help="tokens per call, eviction after each [1; quick 16]"),
     set_: list[str] = typer.Option(None, "--set", help="override of the gated policies, key=value"),
     dtype: str = dtype_option(),
+    int8: bool = typer.Option(False, "--int8", help="dynamic INT8 Linear layers (CPU speed-up, fp32 activations)"),
     out: str = typer.Option("results", "--out", help="results directory"),
     as_json: bool = typer.Option(False, "--json", help="print the results JSON"),
 ) -> None:
@@ -131,7 +132,8 @@ def ppl(
 
     try:
         result, paths = bench_ppl.run(model, quick, out, tokens, stride, _overrides(set_),
-                                      progress=lambda m: typer.echo(m, err=True), dtype=checked_dtype(dtype))
+                                      progress=lambda m: typer.echo(m, err=True), dtype=checked_dtype(dtype),
+                                      int8=int8)
     except CorpusMissingError as exc:
         raise typer.BadParameter(str(exc)) from exc
     _quality_output(result, paths, bench_ppl.table, as_json)
@@ -171,14 +173,16 @@ def decode(
     ups = speedups(report)
     table = Table(title=f"decode ms/step, {model} {dtype}, {report['threads']} threads, median of "
                         f"{report['repeats']}")
-    for col in ("context", "variant", "ms/step", "vs plain", "bookkeeping", "kept tokens", "KV MiB", "prefill tok/s"):
+    for col in ("context", "variant", "ms/step", "vs plain", "bookkeeping", "kept tokens", "KV MiB", "prefill tok/s",
+                "gate open"):
         table.add_column(col, justify="right")
     for r in report["rows"]:
         share = "" if r["bookkeeping_share"] is None else f"{100 * r['bookkeeping_share']:.1f}%"
         pre = "" if not r.get("prefill_tokens_per_s") else f"{r['prefill_tokens_per_s']:.0f}"
+        gate = "" if r.get("gate_open_rate") is None else f"{100 * r['gate_open_rate']:.0f}%"
         table.add_row(str(r["context"]), r["variant"], f"{r['ms_per_step']:.1f}",
                       f"{ups[r['context']][r['variant']]:.2f}x", share, str(r["kept_tokens"]),
-                      f"{r['kv_bytes'] / 2**20:.1f}", pre)
+                      f"{r['kv_bytes'] / 2**20:.1f}", pre, gate)
     Console().print(table)
     typer.echo(f"results: {path}")
 
@@ -198,8 +202,12 @@ def niah(
     quick: bool = typer.Option(False, "--quick", help="CPU grid: 512/1024 tokens x depths 0/50/100%"),
     lengths: str = typer.Option(None, "--lengths", help="context lengths [1K..32K up to the model limit]"),
     depths: str = typer.Option(None, "--depths", help="needle depths in [0,1] [0,.25,.5,.75,1]"),
+    needles: int = typer.Option(3, "--needles", min=1, help="trials per cell, each with its own passcode"),
+    policies: str = typer.Option(None, "--policies", help="comma-separated subset (confkv is always needed by the "
+                                 "fixed baselines) [full,sliding,h2o,confkv,confkv-fixed,confkv-pyramid]"),
     set_: list[str] = typer.Option(None, "--set", help="override of the gated policies, key=value"),
     dtype: str = dtype_option(),
+    int8: bool = typer.Option(False, "--int8", help="dynamic INT8 Linear layers (CPU speed-up, fp32 activations)"),
     out: str = typer.Option("results", "--out", help="results directory"),
     as_json: bool = typer.Option(False, "--json", help="print the results JSON"),
 ) -> None:
@@ -209,8 +217,10 @@ def niah(
 
     lens = _parse_lengths(lengths) if lengths else None
     try:
+        chosen = tuple(p.strip() for p in policies.split(",") if p.strip()) if policies else bench_niah.POLICIES
         result, paths = bench_niah.run(model, quick, out, lens, _floats(depths, "--depths"), _overrides(set_),
-                                       progress=lambda m: typer.echo(m, err=True), dtype=checked_dtype(dtype))
+                                       progress=lambda m: typer.echo(m, err=True), dtype=checked_dtype(dtype),
+                                       needles=needles, policies=chosen, int8=int8)
     except (CorpusMissingError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     _quality_output(result, paths, bench_niah.table, as_json)

@@ -45,6 +45,7 @@ class EpisodeResult:
     full_kv_bytes: int | None = None
     peak_rss_bytes: int | None = None
     peak_cuda_bytes: int | None = None
+    gate_open_rate: float | None = None
     wall_s: float = 0.0
     blocked: list[str] = field(default_factory=list)
 
@@ -132,6 +133,7 @@ def run_episode(
         return dict(
             peak_kv_bytes=mem.peak_kv_bytes if mem else None, full_kv_bytes=mem.full_kv_bytes if mem else None,
             peak_rss_bytes=peaks.rss(), peak_cuda_bytes=peaks.cuda(), wall_s=time.monotonic() - started,
+            gate_open_rate=mem.gate_open_rate if mem else None,
         )  # fmt: skip
 
     fields: dict[str, Any] = {}

@@ -53,6 +53,7 @@ class StepInfo:
 class MemoryFigures:
     peak_kv_bytes: int
     full_kv_bytes: int
+    gate_open_rate: float | None = None  # share of forwards the confidence gate opened on (None: ungated)
 
 
 class Agent(Protocol):
@@ -288,7 +289,8 @@ class ModelAgent:
         if self.session is None:
             return None
         cache = self.session.cache
-        return MemoryFigures(peak_kv_bytes=int(cache.peak_kv_bytes), full_kv_bytes=int(cache.full_kv_bytes()))
+        return MemoryFigures(peak_kv_bytes=int(cache.peak_kv_bytes), full_kv_bytes=int(cache.full_kv_bytes()),
+                             gate_open_rate=cache.gate_open_rate)
 
     def close(self) -> None:
         """Drop the episode's cache (its memory is freed with it)."""

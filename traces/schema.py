@@ -47,6 +47,7 @@ EPISODES_COLUMNS: dict[str, type] = {
     "full_kv_bytes": int,  # bytes a full (never evicting) cache would have needed for the same episode
     "peak_rss_bytes": int,  # process peak resident memory
     "peak_cuda_bytes": int,  # torch.cuda.max_memory_allocated; NULL without GPU
+    "gate_open_rate": float,  # share of the episode's forwards on which the confidence gate opened; NULL: ungated
     "wall_s": float,
     "error": str,  # error text / traceback for status 'error'
     "started": str,

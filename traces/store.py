@@ -254,6 +254,7 @@ class TraceStore(TraceQueries):
         full_kv_bytes: int | None = None,
         peak_rss_bytes: int | None = None,
         peak_cuda_bytes: int | None = None,
+        gate_open_rate: float | None = None,
         wall_s: float | None = None,
     ) -> None:
         """Close an episode as evaluated.  Step totals are summed from its `steps` rows; `peak_kv_bytes` defaults
@@ -270,6 +271,7 @@ class TraceStore(TraceQueries):
             full_kv_bytes=full_kv_bytes,
             peak_rss_bytes=peak_rss_bytes,
             peak_cuda_bytes=peak_cuda_bytes,
+            gate_open_rate=gate_open_rate,
             wall_s=wall_s,
         )
 
@@ -282,6 +284,7 @@ class TraceStore(TraceQueries):
         full_kv_bytes: int | None = None,
         peak_rss_bytes: int | None = None,
         peak_cuda_bytes: int | None = None,
+        gate_open_rate: float | None = None,
         wall_s: float | None = None,
     ) -> None:
         """Close an episode that raised.  It counts as a failure in summaries, and `finished_tasks` does not list
@@ -298,6 +301,7 @@ class TraceStore(TraceQueries):
             full_kv_bytes=full_kv_bytes,
             peak_rss_bytes=peak_rss_bytes,
             peak_cuda_bytes=peak_cuda_bytes,
+            gate_open_rate=gate_open_rate,
             wall_s=wall_s,
         )
 

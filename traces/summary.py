@@ -37,6 +37,7 @@ class PolicySummary:
     mean_prefilled_tokens: float | None  # per episode
     decode_tokens_per_s: float | None  # generated tokens / decode seconds, over all episodes
     mean_wall_s: float | None
+    gate_open_rate: float | None = None  # mean over episodes of the share of forwards the gate opened on
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ def _summarize_policy(
     ]
     prefilled = [r["prefilled_tokens"] for r in rows if r.get("prefilled_tokens") is not None]
     walls = [r["wall_s"] for r in rows if r.get("wall_s") is not None]
+    gates = [r["gate_open_rate"] for r in rows if r.get("gate_open_rate") is not None]
     out_tokens = sum(r.get("output_tokens") or 0 for r in rows)
     decode_s = sum(r.get("decode_ms") or 0.0 for r in rows) / 1000.0
     successes = sum(_success(r) for r in rows)
@@ -125,6 +127,7 @@ def _summarize_policy(
         mean_prefilled_tokens=fmean(prefilled) if prefilled else None,
         decode_tokens_per_s=out_tokens / decode_s if decode_s > 0 else None,
         mean_wall_s=fmean(walls) if walls else None,
+        gate_open_rate=fmean(gates) if gates else None,
     )
 
 
@@ -186,6 +189,7 @@ def summary_table(summary: TraceSummary, title: str | None = "Per-policy results
         "KV / full need",
         "prefilled tok/ep",
         "decode tok/s",
+        "gate open",
     ):
         table.add_column(name, justify="left" if name == "policy" else "right")
     for s in summary.policies.values():
@@ -201,5 +205,6 @@ def summary_table(summary: TraceSummary, title: str | None = "Per-policy results
             format_ratio(s.kv_fraction_of_full_need),
             "-" if s.mean_prefilled_tokens is None else f"{s.mean_prefilled_tokens:.0f}",
             "-" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f}",
+            format_ratio(s.gate_open_rate, percent=True),
         )
     return table

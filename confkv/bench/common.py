@@ -13,7 +13,7 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,38 @@ PAPER = {
 # Quality benchmarks compare policies at matched footprints, so budgets are exact there: no eviction slack (the
 # speed default, `Storage.slack`, lets a layer run up to 16 tokens over its budget between eviction passes).
 EXACT_BUDGETS = {"slack": "0"}
+
+# The fixed-budget baselines every quality benchmark matches to confkv's mean resident bytes. `confkv-fixed` is
+# Conf-KV itself (ranker, protection, INT8) with the gate off: the gate's own ablation.
+GATE_OFF = "confkv-fixed"
+FIXED_BASELINES = ("sliding", "h2o", GATE_OFF)
+
+
+def fixed_policy(name: str, budget: int, gated_overrides: dict[str, str], base: dict[str, str] | None = None):
+    """A fixed-budget baseline at `budget` tokens: `sliding`, `h2o` (recent window = half its budget, H2O's own
+    heavy/recent split) or `confkv-fixed` (the gated policy's overrides, gate off). `base` applies to all three."""
+    from confkv.policies import get_policy
+
+    base = {**EXACT_BUDGETS, **(base or {})}
+    if name == "sliding":
+        return get_policy("sliding", {**base, "budget": str(budget)})
+    if name == "h2o":
+        return get_policy("h2o", {**base, "budget": str(budget), "protect": str(max(1, budget // 2))})
+    if name == GATE_OFF:
+        return get_policy("confkv", {**base, **gated_overrides, "gated": "false", "budget": str(budget)})
+    raise ValueError(f"{name!r} is not a fixed baseline ({', '.join(FIXED_BASELINES)})")
+
+
+def byte_matched_budget(model, name: str, ends: Sequence[int], target_bytes: float,
+                        gated_overrides: dict[str, str], floor: int = 8) -> int:
+    """The budget at which baseline `name` holds, on average over calls ending at `ends`, the resident bytes
+    `target_bytes` (INT8 and slot bookkeeping counted as the cache stores them; see `KVConfig.kept_bytes`)."""
+    from confkv.bench.memory import KVConfig
+
+    kv = KVConfig.from_model(model)
+    int8_after = fixed_policy(name, 1 << 20, gated_overrides).int8_after  # any budget that validates
+    return matched_fixed_budget(ends, target_bytes, floor, cost=lambda kept: kv.kept_bytes(kept, int8_after))
+
 
 CORPUS_NAME = "King James Bible (Genesis-Exodus), Debian package bible-kjv 4.38"
 CORPUS_PASSAGE = "Ge1:1-Ex40:38"
@@ -80,24 +112,30 @@ def corpus_ids(tokenizer, n_tokens: int, passage: str = CORPUS_PASSAGE) -> list[
     return ids[:n_tokens]
 
 
-def matched_fixed_budget(ends: Sequence[int], target_mean: float, floor: int = 1) -> int:
-    """The fixed budget B whose mean kept tokens over calls ending at `ends` (kept = min(end, B)) is nearest to
-    `target_mean`. A fixed-budget cache also grows during the warm-up, so matching B to the gated policy's mean
-    budget would over-count; matching the mean of min(end, B) compares like with like."""
+def matched_fixed_budget(
+    ends: Sequence[int], target_mean: float, floor: int = 1, cost: Callable[[int], float] | None = None
+) -> int:
+    """The fixed budget B whose mean cost over calls ending at `ends` (a call keeps min(end, B) tokens) is nearest to
+    `target_mean`. `cost(kept)` is what a call holding `kept` tokens costs: the tokens themselves by default, or its
+    resident bytes (`KVConfig.kept_bytes`), which is how the benchmarks match a model-dtype baseline to an INT8 policy
+    (matched in tokens, the baseline would get ~1.7x the bytes). A fixed-budget cache also grows during the warm-up,
+    so matching B to the gated policy's mean budget would over-count; matching the mean of cost(min(end, B)) compares
+    like with like."""
     if not ends:
         raise ValueError("matched_fixed_budget needs at least one call")
+    price = cost or float
 
-    def mean_kept(b: int) -> float:
-        return sum(min(e, b) for e in ends) / len(ends)
+    def mean_cost(b: int) -> float:
+        return sum(price(min(e, b)) for e in ends) / len(ends)
 
     lo, hi = floor, max(max(ends), floor)
-    while lo < hi:  # smallest B with mean_kept(B) >= target
+    while lo < hi:  # smallest B with mean_cost(B) >= target (cost is non-decreasing in the kept tokens)
         mid = (lo + hi) // 2
-        if mean_kept(mid) < target_mean:
+        if mean_cost(mid) < target_mean:
             lo = mid + 1
         else:
             hi = mid
-    if lo > floor and abs(mean_kept(lo - 1) - target_mean) < abs(mean_kept(lo) - target_mean):
+    if lo > floor and abs(mean_cost(lo - 1) - target_mean) < abs(mean_cost(lo) - target_mean):
         return lo - 1
     return lo
 
@@ -162,14 +200,18 @@ def fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
-def load_model(name: str, dtype: str | None = "auto"):
+def load_model(name: str, dtype: str | None = "auto", int8: bool = False):
     """A registry model (or HF dir) in eval mode on the GPU when there is one; returns (model, tokenizer).
-    `dtype` as in `confkv.models.dtype` (auto: bf16 where the hardware has it)."""
+    `dtype` as in `confkv.models.dtype` (auto: bf16 where the hardware has it); `int8`: dynamic INT8 Linear layers
+    (CPU only, fp32 activations; see `confkv.models.int8`)."""
     import torch
 
     from confkv.models import load
+    from confkv.models.int8 import int8_linears
 
-    model, tokenizer = load(name, dtype=dtype)
+    model, tokenizer = load(name, dtype="fp32" if int8 else dtype)
+    if int8:
+        return int8_linears(model).eval(), tokenizer
     if torch.cuda.is_available():
         model = model.to("cuda")
     model.eval()

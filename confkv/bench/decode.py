@@ -36,6 +36,7 @@ class DecodeRow:
     kept_tokens: int
     kv_bytes: int
     prefill_tokens_per_s: float | None = None
+    gate_open_rate: float | None = None  # share of the run's forwards the confidence gate opened on (gated only)
 
 
 def _clock(device: torch.device) -> float:
@@ -61,7 +62,7 @@ def _plain(model, ids: torch.Tensor, steps: int) -> tuple[float, int, int]:
     return dt / steps, cache.get_seq_length(), kv
 
 
-def _ours(model, ids: torch.Tensor, steps: int, policy) -> tuple[float, float, int, int, float]:
+def _ours(model, ids: torch.Tensor, steps: int, policy) -> tuple[float, float, int, int, float, float | None]:
     session = ConfKVSession(model, policy)
     device = session.device
     tokens = ids[0, :steps].tolist()
@@ -76,7 +77,7 @@ def _ours(model, ids: torch.Tensor, steps: int, policy) -> tuple[float, float, i
     book = session.cache.bookkeeping_s
     mem = session.cache.memory()
     kept = round(sum(mem.kept_tokens) / len(mem.kept_tokens))
-    return dt / steps, book / dt, kept, mem.kv_bytes, ids.shape[1] / prefill_s
+    return dt / steps, book / dt, kept, mem.kv_bytes, ids.shape[1] / prefill_s, session.cache.gate_open_rate
 
 
 def whole_cycles(steps: int, slack: int) -> int:
@@ -102,17 +103,17 @@ def run_decode_bench(
         for _ in range(repeats):
             step_s, kept, kv = _plain(model, ids, steps)
             samples["plain"].append(step_s)
-            extra["plain"] = (None, kept, kv)
+            extra["plain"] = (None, kept, kv, None)
             for name, pol in policies.items():
-                step_s, share, kept, kv, tok_s = _ours(model, ids, steps, pol)
+                step_s, share, kept, kv, tok_s, gate = _ours(model, ids, steps, pol)
                 samples[name].append(step_s)
                 prefill[name].append(tok_s)
-                extra[name] = (share, kept, kv)
+                extra[name] = (share, kept, kv, gate)
         for name, vals in samples.items():
             med = statistics.median(vals)
-            share, kept, kv = extra[name]
+            share, kept, kv, gate = extra[name]
             tok_s = statistics.median(prefill[name]) if name in prefill else None
-            rows.append(DecodeRow(ctx, name, med * 1000, 1.0 / med, share, kept, kv, tok_s))
+            rows.append(DecodeRow(ctx, name, med * 1000, 1.0 / med, share, kept, kv, tok_s, gate))
     return {
         "contexts": contexts,
         "steps": steps,

@@ -52,6 +52,11 @@ class KVConfig:
         slots = (fp_tokens + int8_tokens) * self.layers * self.kv_heads
         return self.bytes(fp_tokens, int8_tokens) + slots * SLOT_BOOKKEEPING_BYTES
 
+    def kept_bytes(self, kept: int, int8_after: int | None = None) -> int:
+        """Resident bytes of a Conf-KV cache holding `kept` tokens per layer, the newest `int8_after` of them in the
+        model dtype and the rest INT8 (None: no INT8): the cost the benchmarks match fixed budgets on."""
+        return self.cache_bytes(*kept_split(kept, None, int8_after))
+
     @classmethod
     def from_model(cls, model) -> KVConfig:
         """The KV geometry of a loaded `transformers` model (text config; head_dim derived when absent)."""

@@ -1,14 +1,17 @@
 """`bench niah`: needle-in-a-haystack accuracy over depths x context lengths, every policy at a matched footprint.
 
-One cell = (context length L, depth d): the haystack is the corpus's first tokens, the needle sentence
-"The secret passcode is NNNNN." (a seeded 5-digit number per cell) is inserted at the sentence boundary nearest
+One cell = (context length L, depth d), tried with `needles` different needles (default 3, so every cell is a count,
+not one coin flip; the summary gives k/n per cell and a Wilson 95% interval per policy): the haystack is the
+corpus's first tokens, the needle sentence "The secret passcode is NNNNN." (a seeded 5-digit number per trial) is
+inserted at the sentence boundary nearest
 below d x haystack, and the question "What is the secret passcode ...? Answer: The secret passcode is" follows;
 L counts every token. The context is appended to a `ConfKVSession` (chunked prefill with eviction between chunks, as
 the session does), the question as one more call, then up to `max_new_tokens` greedy tokens are decoded; a cell is
 correct iff the decoded text contains the number.
 
-Matched footprint per cell: `confkv` runs first; `sliding` and `h2o` get the fixed budget whose mean kept tokens over
-the same call ends matches confkv's (H2O recent window = half its budget); `confkv-pyramid` shares the gate.
+Matched footprint per trial: `confkv` runs first; `sliding`, `h2o` and `confkv-fixed` (the same ranker and INT8 with
+the gate off) each get the fixed budget whose mean resident KV bytes over the same call ends matches confkv's
+(`common.byte_matched_budget`; H2O recent window = half its budget); `confkv-pyramid` shares the gate.
 
 The trace: one extra `confkv` run at the longest length and middle depth feeds the last `TRACE_TAIL` haystack tokens
 and the question token by token, so per-token confidence and the budget around the question's arrival can be plotted.
@@ -17,18 +20,28 @@ and the question token by token, so per-token confidence and the budget around t
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from confkv.bench.common import CORPUS_NAME, EXACT_BUDGETS, PAPER, footprint, matched_fixed_budget
+from confkv.bench.common import (
+    CORPUS_NAME,
+    EXACT_BUDGETS,
+    FIXED_BASELINES,
+    GATE_OFF,
+    PAPER,
+    byte_matched_budget,
+    fixed_policy,
+    footprint,
+)
 from confkv.policies import get_policy
 from confkv.policy import KVPolicy
 from confkv.session import ConfKVSession
 
-POLICIES = ("full", "sliding", "h2o", "confkv", "confkv-pyramid")
+POLICIES = ("full", "sliding", "h2o", "confkv", GATE_OFF, "confkv-pyramid")
 QUICK_OVERRIDES = {"n_low": "96", "n_high": "192", "protect": "32", "int8_after": "32"}
 QUESTION = "\n\nQuestion: What is the secret passcode mentioned in the text above?\nAnswer: The secret passcode is"
 TRACE_TAIL = 48
@@ -44,6 +57,7 @@ class NiahConfig:
     overrides: dict[str, str] = field(default_factory=dict)  # gated policies (confkv, confkv-pyramid)
     prefill_chunk: int = 512
     max_new_tokens: int = 10
+    needles: int = 3  # trials per (length, depth) cell, each with its own passcode
     seed: int = 0
     trace: bool = True
 
@@ -55,8 +69,10 @@ class NiahConfig:
         unknown = set(self.policies) - set(POLICIES)
         if unknown:
             raise ValueError(f"unknown policies {sorted(unknown)}; known: {', '.join(POLICIES)}")
-        if set(self.policies) & {"sliding", "h2o"} and "confkv" not in self.policies:
-            raise ValueError("sliding/h2o are matched to confkv's footprint: include confkv")
+        if set(self.policies) & set(FIXED_BASELINES) and "confkv" not in self.policies:
+            raise ValueError(f"{'/'.join(FIXED_BASELINES)} are matched to confkv's footprint: include confkv")
+        if self.needles < 1:
+            raise ValueError(f"needles must be >= 1, got {self.needles}")
         return self
 
 
@@ -94,10 +110,8 @@ def _policy(name: str, overrides: dict[str, str], chunk: int, budget: int | None
     base = {**EXACT_BUDGETS, "prefill_chunk": str(chunk)}
     if name == "full":
         return get_policy("full", base)
-    if name == "sliding":
-        return get_policy("sliding", {**base, "budget": str(budget)})
-    if name == "h2o":
-        return get_policy("h2o", {**base, "budget": str(budget), "protect": str(max(1, budget // 2))})
+    if name in FIXED_BASELINES:
+        return fixed_policy(name, budget, overrides, base)
     return get_policy(name, {**base, **overrides})
 
 
@@ -114,7 +128,8 @@ def run_cell(model, tokenizer, cell: Cell, policy: KVPolicy, max_new_tokens: int
     fp = footprint(session)
     ends = list(accumulate(s.tokens for s in session.stats.steps))
     return cell.code in text, text, {"mean_kv_tokens": fp.mean_kv_tokens, "peak_kv_tokens": fp.peak_kv_tokens,
-                                     "peak_kv_bytes": fp.peak_kv_bytes, "ends": ends}
+                                     "mean_kv_bytes": fp.mean_kv_bytes, "peak_kv_bytes": fp.peak_kv_bytes,
+                                     "gate_open_rate": session.cache.gate_open_rate, "ends": ends}
 
 
 def run_trace(model, tokenizer, cell: Cell, policy: KVPolicy, max_new_tokens: int) -> dict:
@@ -143,26 +158,26 @@ def run_niah(
     cfg.validate()
     say = progress or (lambda _msg: None)
     rng = random.Random(cfg.seed)
-    order = [p for p in ("full", "confkv", "confkv-pyramid", "sliding", "h2o") if p in cfg.policies]
+    order = [p for p in ("full", "confkv", "confkv-pyramid", *FIXED_BASELINES) if p in cfg.policies]
     cells_out: list[dict] = []
-    for length, depth in itertools.product(cfg.lengths, cfg.depths):
+    for length, depth, needle in itertools.product(cfg.lengths, cfg.depths, range(cfg.needles)):
         cell = make_cell(tokenizer, haystack, length, depth, f"{rng.randrange(10000, 100000)}", prefix)
-        budget: int | None = None
+        ref: dict | None = None  # confkv's footprint in this trial
         for name in order:
-            if name in ("sliding", "h2o") and budget is None:
-                conf_row = next(c for c in cells_out if c["length"] == length and c["depth"] == depth
-                                and c["policy"] == "confkv")
-                budget = matched_fixed_budget(conf_row.pop("ends"), conf_row["mean_kv_tokens"], floor=8)
+            budget = None
+            if name in FIXED_BASELINES:
+                budget = byte_matched_budget(model, name, ref["ends"], ref["mean_kv_bytes"],
+                                             {**EXACT_BUDGETS, **cfg.overrides})
             t0 = time.perf_counter()
             ok, text, fp = run_cell(model, tokenizer, cell, _policy(name, cfg.overrides, cfg.prefill_chunk, budget),
                                     cfg.max_new_tokens)
-            if name != "confkv":
-                fp.pop("ends")
-            cells_out.append({"length": length, "depth": depth, "policy": name, "correct": ok, "answer": text,
-                              "budget": budget if name in ("sliding", "h2o") else None, **fp,
-                              "seconds": time.perf_counter() - t0})
-            say(f"L={length} depth={depth:.2f} {name}: {'OK ' if ok else 'MISS'} {text.strip()[:30]!r} "
-                f"(mean kept {fp['mean_kv_tokens']:.0f}, {time.perf_counter() - t0:.0f}s)")
+            if name == "confkv":
+                ref = fp
+            cells_out.append({"length": length, "depth": depth, "needle": needle, "policy": name, "correct": ok,
+                              "answer": text, "budget": budget, **fp, "seconds": time.perf_counter() - t0})
+            say(f"L={length} depth={depth:.2f} needle {needle}: {name}: {'OK ' if ok else 'MISS'} "
+                f"{text.strip()[:30]!r} (mean KV {fp['mean_kv_bytes'] / 2**20:.2f} MiB, "
+                f"{time.perf_counter() - t0:.0f}s)")
     for c in cells_out:
         c.pop("ends", None)
     result = summarize(cells_out, cfg)
@@ -173,23 +188,48 @@ def run_niah(
     return result
 
 
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion k/n (95% by default): honest at small n and at 0 or n."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def summarize(cells: list[dict], cfg: NiahConfig) -> dict:
     policies: dict[str, dict] = {}
     for name in cfg.policies:
         mine = [c for c in cells if c["policy"] == name]
         if not mine:
             continue
+        k = sum(c["correct"] for c in mine)
+        rates = [c["gate_open_rate"] for c in mine if c.get("gate_open_rate") is not None]
         policies[name] = {
-            "accuracy": sum(c["correct"] for c in mine) / len(mine),
+            "accuracy": k / len(mine),
+            "correct": k,
+            "trials": len(mine),
+            "ci95": wilson(k, len(mine)),
             "mean_kv_tokens": sum(c["mean_kv_tokens"] for c in mine) / len(mine),
+            "mean_kv_bytes": sum(c["mean_kv_bytes"] for c in mine) / len(mine),
             "peak_kv_tokens": max(c["peak_kv_tokens"] for c in mine),
             "peak_kv_bytes": max(c["peak_kv_bytes"] for c in mine),
+            "gate_open_rate": sum(rates) / len(rates) if rates else None,
             "by_length": {str(n): sum(c["correct"] for c in mine if c["length"] == n)
                           / max(1, sum(1 for c in mine if c["length"] == n)) for n in cfg.lengths},
+            "by_cell": {f"{n}@{d:g}": f"{sum(c['correct'] for c in mine if (c['length'], c['depth']) == (n, d))}"
+                                      f"/{sum(1 for c in mine if (c['length'], c['depth']) == (n, d))}"
+                        for n, d in itertools.product(cfg.lengths, cfg.depths)},
         }
     return {"bench": "niah", "text": CORPUS_NAME, "lengths": list(cfg.lengths), "depths": list(cfg.depths),
-            "overrides": cfg.overrides, "prefill_chunk": cfg.prefill_chunk, "policies": policies, "cells": cells,
-            "paper": PAPER["niah_accuracy"]}
+            "needles": cfg.needles, "overrides": cfg.overrides, "prefill_chunk": cfg.prefill_chunk,
+            "policies": policies, "cells": cells, "paper": PAPER["niah_accuracy"]}
+
+
+def _cell_rate(cells: list[dict], policy: str, length: int, depth: float) -> float:
+    hits = [float(c["correct"]) for c in cells if (c["policy"], c["length"], c["depth"]) == (policy, length, depth)]
+    return sum(hits) / len(hits) if hits else float("nan")
 
 
 def plot_heatmap(result: dict, path) -> None:
@@ -202,8 +242,7 @@ def plot_heatmap(result: dict, path) -> None:
     lengths, depths = result["lengths"], result["depths"]
     fig, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names) + 1, 3.2), squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
-        grid = [[next((float(c["correct"]) for c in result["cells"] if c["policy"] == name and c["length"] == n
-                       and c["depth"] == d), float("nan")) for n in lengths] for d in depths]
+        grid = [[_cell_rate(result["cells"], name, n, d) for n in lengths] for d in depths]
         ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
         ax.set_title(f"{name}\nacc {result['policies'][name]['accuracy']:.2f}", fontsize=9)
         ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=7, rotation=45)
@@ -242,26 +281,27 @@ def plot_trace(trace: dict, path) -> None:
 
 def run(model_name: str, quick: bool, out_dir, lengths: tuple[int, ...] | None = None,
         depths: tuple[float, ...] | None = None, overrides: dict[str, str] | None = None,
-        progress: Progress | None = None, dtype: str | None = "auto") -> tuple[dict, list]:
+        progress: Progress | None = None, dtype: str | None = "auto", needles: int = 3,
+        policies: tuple[str, ...] = POLICIES, int8: bool = False) -> tuple[dict, list]:
     """The `bench niah` command: writes niah-<model>.json, a heatmap PNG and the trace PNG."""
     from confkv.bench.common import corpus_ids, load_model, save_outputs
 
-    model, tokenizer = load_model(model_name, dtype)
+    model, tokenizer = load_model(model_name, dtype, int8)
     limit = getattr(model.config, "max_position_embeddings", None) or 32768
     if lengths is None:
         lengths = (512, 1024) if quick else tuple(n for n in (1024, 2048, 4096, 8192, 16384, 32768) if n <= limit)
     depths = depths or ((0.0, 0.5, 1.0) if quick else (0.0, 0.25, 0.5, 0.75, 1.0))
-    cfg = NiahConfig(lengths=tuple(lengths), depths=tuple(depths), prefill_chunk=128 if quick else 512,
-                     overrides={**(QUICK_OVERRIDES if quick else {}), **(overrides or {})})
+    cfg = NiahConfig(lengths=tuple(lengths), depths=tuple(depths), policies=tuple(policies), needles=needles,
+                     prefill_chunk=128 if quick else 512,
+                     overrides={**(QUICK_OVERRIDES if quick else {}), **(overrides or {})}).validate()
     bos = (tokenizer.bos_token_id,) if tokenizer.bos_token_id is not None else ()
     haystack = corpus_ids(tokenizer, max(lengths))[len(bos):]
     result = run_niah(model, tokenizer, haystack, cfg, progress, prefix=bos)
-    result.update(model=model_name, quick=quick)
+    result.update(model=model_name, quick=quick, weights="int8 linears" if int8 else dtype)
     plots = {"niah": lambda p: plot_heatmap(result, p)}
     if "trace" in result:
         plots["niah-trace"] = lambda p: plot_trace(result["trace"], p)
     return result, save_outputs(result, out_dir, "niah", model_name, plots)
-
 
 
 def table(result: dict):
@@ -269,16 +309,21 @@ def table(result: dict):
 
     from confkv.bench.common import fmt
 
-    t = Table(title=f"bench niah: {result.get('model')}, lengths {result['lengths']}, depths {result['depths']}")
-    cols = ["policy", "accuracy", *[f"acc@{n}" for n in result["lengths"]], "mean kept tok", "peak KV MiB", "paper"]
+    t = Table(title=f"bench niah: {result.get('model')}, lengths {result['lengths']}, depths {result['depths']}, "
+                    f"{result.get('needles', 1)} needles per cell")
+    cols = ["policy", "correct", "95% CI", *[f"acc@{n}" for n in result["lengths"]], "mean KV MiB", "peak KV MiB",
+            "gate open", "paper"]
     for col in cols:
         t.add_column(col, justify="left" if col == "policy" else "right")
     for name, row in result["policies"].items():
-        t.add_row(name, fmt(row["accuracy"]), *[fmt(row["by_length"][str(n)]) for n in result["lengths"]],
-                  fmt(row["mean_kv_tokens"], 1), fmt(row["peak_kv_bytes"] / 2**20, 3),
-                  fmt(result["paper"].get(name), 3))
+        lo, hi = row.get("ci95", (None, None))
+        rate = row.get("gate_open_rate")
+        t.add_row(name, f"{row.get('correct', '?')}/{row.get('trials', '?')}", f"{fmt(lo)}-{fmt(hi)}",
+                  *[fmt(row["by_length"][str(n)]) for n in result["lengths"]],
+                  fmt(row.get("mean_kv_bytes", 0) / 2**20, 3), fmt(row["peak_kv_bytes"] / 2**20, 3),
+                  "-" if rate is None else f"{rate:.0%}", fmt(result["paper"].get(name), 3))
     if "trace" in result:
         tr = result["trace"]
-        t.add_row("trace: confidence haystack -> question", "", *["" for _ in result["lengths"]],
-                  f"{tr['mean_confidence_haystack_tail']:.3f} -> {tr['mean_confidence_question']:.3f}", "", "")
+        t.add_row("trace: confidence haystack -> question", *[""] * (len(cols) - 3),
+                  f"{tr['mean_confidence_haystack_tail']:.3f} -> {tr['mean_confidence_question']:.3f}", "")
     return t

@@ -7,9 +7,11 @@ other fully, so the cache peak is budget + stride). Stride 1 is the paper's prot
 stride because a 135M model takes ~0.5-1 s per call on 2 shared cores whatever the call's length.
 
 Matched footprint:
-- `confkv` runs first; its mean kept tokens per call (mean over layers) is the target. `sliding` and `h2o` get the
-  fixed budget whose mean kept tokens over the same call ends is nearest (`common.matched_fixed_budget`), with H2O's
-  recent window = half its budget (H2O's own heavy/recent split). `confkv-pyramid` uses the same gate.
+- `confkv` runs first; its mean resident KV bytes per call (INT8 and slot bookkeeping counted) is the target.
+  `sliding`, `h2o` and `confkv-fixed` (the same ranker and INT8 with the gate off) each get the fixed budget whose
+  mean resident bytes over the same call ends is nearest (`common.byte_matched_budget`), with H2O's recent window =
+  half its budget (H2O's own heavy/recent split). Bytes, not tokens: a model-dtype baseline matched in tokens would
+  hold ~1.7x confkv's bytes. `confkv-pyramid` uses the same gate.
 - Matched-rate ablation: `confkv` with INT8 off runs, and its budget trajectory (the budget in force for every call)
   is replayed (`ReplayBudget`) by `random`, `recency` and `attention`, so all four evict exactly the same number of
   tokens at exactly the same calls; only the ranking differs.
@@ -25,7 +27,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from confkv.bench.common import CORPUS_NAME, EXACT_BUDGETS, PAPER, footprint, matched_fixed_budget
+from confkv.bench.common import (
+    CORPUS_NAME,
+    EXACT_BUDGETS,
+    FIXED_BASELINES,
+    GATE_OFF,
+    PAPER,
+    byte_matched_budget,
+    fixed_policy,
+    footprint,
+)
 from confkv.budget import ReplayBudget
 from confkv.policies import get_policy
 from confkv.policy import KVPolicy
@@ -35,7 +46,7 @@ from confkv.session import ConfKVSession
 # 4K text at a 512 window. The protected/FP window shrinks to 32 so the pyramid's smallest layer still evicts.
 QUICK_OVERRIDES = {"n_low": "96", "n_high": "192", "protect": "32", "int8_after": "32"}
 ABLATION = ("random", "recency", "attention")
-MAIN = ("full", "sliding", "h2o", "confkv", "confkv-pyramid")
+MAIN = ("full", "sliding", "h2o", "confkv", GATE_OFF, "confkv-pyramid")
 NOINT8 = "confkv-noint8"
 
 Progress = Callable[[str], None]
@@ -56,8 +67,8 @@ class PplConfig:
         unknown = set(self.policies) - set(MAIN + (NOINT8,) + ABLATION)
         if unknown:
             raise ValueError(f"unknown policies {sorted(unknown)}")
-        if set(self.policies) & {"sliding", "h2o"} and "confkv" not in self.policies:
-            raise ValueError("sliding/h2o are matched to confkv's footprint: include confkv")
+        if set(self.policies) & set(FIXED_BASELINES) and "confkv" not in self.policies:
+            raise ValueError(f"{'/'.join(FIXED_BASELINES)} are matched to confkv's footprint: include confkv")
         if set(self.policies) & set(ABLATION) and NOINT8 not in self.policies:
             raise ValueError(f"the ablation replays {NOINT8}'s budget trajectory: include {NOINT8}")
         return self
@@ -96,10 +107,8 @@ def _policy(name: str, overrides: dict[str, str], budget: int | None = None) -> 
     overrides = {**EXACT_BUDGETS, **overrides}
     if name == "full":
         return get_policy("full")
-    if name == "sliding":
-        return get_policy("sliding", {**EXACT_BUDGETS, "budget": str(budget)})
-    if name == "h2o":
-        return get_policy("h2o", {**EXACT_BUDGETS, "budget": str(budget), "protect": str(max(1, budget // 2))})
+    if name in FIXED_BASELINES:
+        return fixed_policy(name, budget, overrides)
     if name == NOINT8:
         return get_policy("confkv", {**overrides, "int8_after": "none"})
     if name in ABLATION:  # the ablation compares rankers only: INT8 off, like its reference confkv-noint8
@@ -113,15 +122,16 @@ def run_ppl(model: torch.nn.Module, ids: list[int], cfg: PplConfig, progress: Pr
     ids = list(ids[: cfg.n_tokens])
     say = progress or (lambda _msg: None)
     ends = [min(lo + cfg.stride, len(ids)) for lo in range(0, len(ids), cfg.stride)]
-    order = [p for p in ("full", "confkv", "confkv-pyramid", NOINT8, *ABLATION, "sliding", "h2o") if p in cfg.policies]
+    order = [p for p in ("full", "confkv", "confkv-pyramid", NOINT8, *ABLATION, *FIXED_BASELINES) if p in cfg.policies]
     rows: dict[str, dict] = {}
     trajectories: dict[str, list[int]] = {}
-    matched_budget: int | None = None
+    matched: dict[str, int] = {}
     for name in order:
         replay = trajectories.get(NOINT8) if name in ABLATION else None
-        if name in ("sliding", "h2o") and matched_budget is None:
-            matched_budget = matched_fixed_budget(ends, rows["confkv"]["mean_kv_tokens"], floor=8)
-        policy = _policy(name, cfg.overrides, matched_budget)
+        if name in FIXED_BASELINES:
+            matched[name] = byte_matched_budget(model, name, ends, rows["confkv"]["mean_kv_bytes"],
+                                                {**EXACT_BUDGETS, **cfg.overrides})
+        policy = _policy(name, cfg.overrides, matched.get(name))
         t0 = time.perf_counter()
         nlls, session = stream_nll(model, ids, policy, cfg.stride, replay)
         fp = footprint(session)
@@ -137,11 +147,12 @@ def run_ppl(model: torch.nn.Module, ids: list[int], cfg: PplConfig, progress: Pr
             "budget": policy.budget if not policy.gated else None,
             "gate": [policy.n_low, policy.n_high, policy.tau] if policy.gated else None,
             "replayed": replay is not None,
+            "gate_open_rate": session.cache.gate_open_rate,
             "seconds": time.perf_counter() - t0,
         }
         say(f"{name}: ppl {rows[name]['ppl']:.3f}, mean kept {fp.mean_kv_tokens:.1f} tok, "
             f"peak {fp.peak_kv_bytes / 2**20:.2f} MiB ({rows[name]['seconds']:.0f}s)")
-    return summarize(rows, cfg, len(ids), matched_budget, trajectories.get("confkv"))
+    return summarize(rows, cfg, len(ids), matched, trajectories.get("confkv"))
 
 
 def gap_closed(ppl_policy: float, ppl_sliding: float, ppl_full: float) -> float | None:
@@ -153,7 +164,7 @@ def gap_closed(ppl_policy: float, ppl_sliding: float, ppl_full: float) -> float 
 
 
 def summarize(
-    rows: dict[str, dict], cfg: PplConfig, n_tokens: int, matched_budget: int | None, trajectory: list[int] | None
+    rows: dict[str, dict], cfg: PplConfig, n_tokens: int, matched: dict[str, int], trajectory: list[int] | None
 ) -> dict:
     full = rows.get("full", {}).get("ppl")
     out: dict = {
@@ -162,7 +173,7 @@ def summarize(
         "n_tokens": n_tokens,
         "stride": cfg.stride,
         "overrides": cfg.overrides,
-        "matched_fixed_budget": matched_budget,
+        "matched_fixed_budget": matched,  # per baseline: its budget at confkv's mean resident bytes
         "policies": rows,
         "machine": f"{platform.machine()} {platform.processor() or ''} torch {torch.__version__}".strip(),
         "paper": {k: PAPER[k] for k in ("ppl_gap_to_full", "ablation_ppl", "pyramid_gap_closed")},
@@ -207,11 +218,12 @@ def plot_ppl(result: dict, path) -> None:
 def run(
     model_name: str, quick: bool, out_dir, n_tokens: int | None = None, stride: int | None = None,
     overrides: dict[str, str] | None = None, progress: Progress | None = None, dtype: str | None = "auto",
+    int8: bool = False,
 ) -> tuple[dict, list]:
     """The `bench ppl` command: load the model and text, run, write `ppl-<model>.json/.png`; returns (result, paths)."""
     from confkv.bench.common import corpus_ids, load_model, save_outputs
 
-    model, tokenizer = load_model(model_name, dtype)
+    model, tokenizer = load_model(model_name, dtype, int8)
     limit = getattr(model.config, "max_position_embeddings", None) or 4096
     n = n_tokens or (1024 if quick else min(4096, limit))
     cfg = PplConfig(
@@ -222,6 +234,7 @@ def run(
     result = run_ppl(model, corpus_ids(tokenizer, n), cfg, progress)
     result["model"] = model_name
     result["quick"] = quick
+    result["weights"] = "int8 linears" if int8 else dtype
     return result, save_outputs(result, out_dir, "ppl", model_name, {"ppl": lambda p: plot_ppl(result, p)})
 
 
@@ -233,17 +246,20 @@ def table(result: dict):
 
     t = Table(title=f"bench ppl: {result.get('model')} on {result['text']}, {result['n_tokens']} tokens, "
                     f"stride {result['stride']}")
-    for col in ("policy", "ppl", "mean kept tok", "peak kept tok", "peak KV MiB", "paper"):
+    cols = ("policy", "ppl", "mean kept tok", "mean KV MiB", "peak KV MiB", "gate open", "paper")
+    for col in cols:
         t.add_column(col, justify="left" if col == "policy" else "right")
     paper = result["paper"]
     for name, row in result["policies"].items():
         ref = paper["ablation_ppl"].get(name.replace("-noint8", ""))
         if name == "confkv":
             ref = None
-        t.add_row(name, fmt(row["ppl"], 3), fmt(row["mean_kv_tokens"], 1), str(row["peak_kv_tokens"]),
-                  fmt(row["peak_kv_bytes"] / 2**20, 3), fmt(ref, 1) + (" (GPT-2)" if ref else ""))
-    t.add_row("confkv - full", fmt(result.get("confkv_gap_to_full"), 3), "", "", "",
-              fmt(paper["ppl_gap_to_full"], 1))
-    t.add_row("pyramid gap closed", fmt(result.get("pyramid_gap_closed"), 3), "", "", "",
+        rate = row.get("gate_open_rate")
+        t.add_row(name, fmt(row["ppl"], 3), fmt(row["mean_kv_tokens"], 1), fmt(row["mean_kv_bytes"] / 2**20, 3),
+                  fmt(row["peak_kv_bytes"] / 2**20, 3), "-" if rate is None else f"{rate:.0%}",
+                  fmt(ref, 1) + (" (GPT-2)" if ref else ""))
+    blank = [""] * (len(cols) - 3)
+    t.add_row("confkv - full", fmt(result.get("confkv_gap_to_full"), 3), *blank, fmt(paper["ppl_gap_to_full"], 1))
+    t.add_row("pyramid gap closed", fmt(result.get("pyramid_gap_closed"), 3), *blank,
               fmt(paper["pyramid_gap_closed"], 2))
     return t

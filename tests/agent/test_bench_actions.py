@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.batch import quantize_int8
 from agent.bench_actions import capture_cases, judge, run_bench
+from confkv.models.int8 import int8_linears
 
 pytestmark = pytest.mark.browser
 
@@ -34,7 +34,7 @@ def test_bench_runs_every_config_with_a_tiny_model():
 
     def loader(name, int8, dtype):
         model, _ = tiny_model("qwen2", max_position_embeddings=32768)
-        return (quantize_int8(model) if int8 else model), tiny_chat_tokenizer()
+        return (int8_linears(model) if int8 else model), tiny_chat_tokenizer()
 
     report = run_bench("tiny", limit=1, loader=loader)
     assert set(report["configs"]) == {"fp32/free", "fp32/constrained", "int8/free", "int8/constrained"}

@@ -128,6 +128,9 @@ def test_tiny_model_drives_an_episode_through_one_live_cache(mug_task, sites, st
     assert len(chunks) == len([r for r in session.stats.steps if r.kind == "prefill"])
     episode = store.episode(result.episode_id)
     assert 0 < episode["peak_kv_bytes"] < episode["full_kv_bytes"]  # it evicted for real
+    # the gate-open rate is the share of the episode's forwards (system prompt included) decided above n_low
+    opened = [r.budget == 400 for r in session.stats.steps]
+    assert episode["gate_open_rate"] == pytest.approx(sum(opened) / len(opened))
 
 
 def test_interrupted_batch_resumes_with_only_the_missing_episodes(tmp_path):

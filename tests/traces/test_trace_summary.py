@@ -96,6 +96,13 @@ def test_throughput_and_prefill_means():
     assert full.mean_prefilled_tokens == 750
     assert full.decode_tokens_per_s == pytest.approx(40 / 4.0)
     assert full.mean_wall_s == 15.0
+    assert full.gate_open_rate is None  # ungated: no rate, not 0%
+
+
+def test_gate_open_rate_is_the_mean_over_episodes_that_report_one():
+    rows = [{**ep("confkv", "a", 1), "gate_open_rate": 0.2}, {**ep("confkv", "b", 0), "gate_open_rate": 0.4},
+            ep("confkv", "c", 0)]  # an episode from before the column existed
+    assert summarize(rows).policies["confkv"].gate_open_rate == pytest.approx(0.3)
 
 
 def test_running_rows_are_refused_and_final_attempts_keep_one_per_task():
