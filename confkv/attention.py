@@ -38,6 +38,8 @@ def confkv_attention(
             "`cache=ConfKVCache(model, policy)` inside `with confkv.attach(model, cache)`, or use confkv.ConfKVSession"
         )
     layer = key.layer
+    if layer.cold_capacity:  # what the policy scores cold slots against, should the budget rise after this forward
+        layer.last_query = query[:, :, -1]
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
     if not layer.wants_mass and layer.q8.n == 0:

@@ -37,6 +37,7 @@ class MemorySnapshot:
     full_kv_bytes: int  # what a full model-dtype cache would hold for the same tokens
     kept_tokens: list[int]  # physical length per layer
     int8_tokens: list[int]
+    cold_bytes: int = 0  # the cold tier (recallable eviction): not read by attention, not in kv_bytes
 
 
 def num_layers(config) -> int:
@@ -67,7 +68,7 @@ class ConfKVCache(Cache):
         wants_mass = self.policy.wants_mass
         layers = [
             ConfKVLayer(i, wants_mass, self.policy.evicts, record_evictions, on_update=self._check_attached,
-                        channel_keys=self.policy.key_scales == "channel")
+                        channel_keys=self.policy.key_scales == "channel", cold_capacity=self.policy.cold)
             for i in range(self.n_layers)
         ]
         super().__init__(layers=layers)
@@ -162,6 +163,7 @@ class ConfKVCache(Cache):
             full_kv_bytes=self.full_kv_bytes(),
             kept_tokens=[layer.physical_length for layer in self.layers],
             int8_tokens=[layer.q8.n for layer in self.layers],
+            cold_bytes=sum(layer.cold_bytes() for layer in self.layers),
         )
 
     def full_kv_bytes(self) -> int:

@@ -1,7 +1,8 @@
 """One layer of the Conf-KV cache: a `transformers` cache layer that stores, removes and quantizes for real.
 
 Storage: an INT8 store (old tokens, per-token-per-head scales) and a model-dtype store (the recent window), each a
-`SlotStore`, so kept bytes are really kept bytes. Every slot carries its absolute position (`pos`) and the ranker's
+`SlotStore`, so kept bytes are really kept bytes. With a cold tier (`Storage.cold`), evicted slots move to a third
+store that attention never reads, from which `recall` brings slots back when the budget rises. Every slot carries its absolute position (`pos`) and the ranker's
 accumulator (`acc`). The model-dtype window is ordered and shared by all heads; the INT8 store is unordered and each
 KV head evicts its own tokens (same count per head, so tensors stay rectangular).
 
@@ -49,6 +50,7 @@ class ConfKVLayer(CacheLayerMixin):
         record_evictions: bool = False,
         on_update: Callable[[], None] | None = None,
         channel_keys: bool = True,
+        cold_capacity: int = 0,
     ) -> None:
         super().__init__()
         self.layer_idx = layer_idx
@@ -61,6 +63,10 @@ class ConfKVLayer(CacheLayerMixin):
         self.k_channel: torch.Tensor | None = None  # [B, H_kv, D]
         self.fp = SlotStore()
         self.q8 = SlotStore()
+        self.cold_capacity = cold_capacity  # 0: evicted slots are dropped
+        self.cold = SlotStore()  # evicted slots, in the format of the store they left; attention never reads them
+        self.last_query: torch.Tensor | None = None  # [B, H_q, D] of the last forward (kept only with a cold tier)
+        self.recalls: list[tuple[torch.Tensor, int]] = []  # (recalled positions [B,H,k], first query pos that sees them)
         self.seen = 0
         self.new_tokens = 0  # appended since the last eviction step
         self.mass: torch.Tensor | None = None  # the call's per-query-head mass [B, H_q, Tq+Tf], set by attention
@@ -110,7 +116,8 @@ class ConfKVLayer(CacheLayerMixin):
 
     def reset(self) -> None:
         self.fp, self.q8, self.seen, self.mass, self.new_tokens = SlotStore(), SlotStore(), 0, None, 0
-        self.evictions = []
+        self.cold, self.last_query = SlotStore(), None
+        self.evictions, self.recalls = [], []
         self._slot_bytes = None
         self.pin_state = None
         self.k_channel = None
@@ -180,10 +187,38 @@ class ConfKVLayer(CacheLayerMixin):
         self.q8.append(limit=capacity, k=k_q, v=v_q, k_scale=k_scale, v_scale=v_scale, pos=old["pos"], acc=old["acc"])
 
     def evict(self, store: SlotStore, victims: torch.Tensor) -> None:
-        """Remove slots `victims [B, H, k]` of `store` (recorded with the last query position that saw them)."""
+        """Remove slots `victims [B, H, k]` of `store` (recorded with the last query position that saw them); with a
+        cold tier they move there, and the tier drops its least-attended slots beyond its capacity."""
         if self.record_evictions:
             self.evictions.append((store.view("pos").gather(2, victims).clone(), self.seen - 1))
+        if self.cold_capacity:
+            self.cold.append(**store.gather(victims))
+            over = self.cold.n - self.cold_capacity
+            if over > 0:
+                self.cold.remove(self.cold.view("acc").topk(over, dim=-1, largest=False).indices)
         store.remove(victims)
+
+    def recall(self, store: SlotStore, m: int) -> None:
+        """Move the `m` cold slots per KV head that the last forward's final query attends to most (q.k, the mean
+        query of the head's GQA group, scales applied) back into `store`, the store they were evicted from. Why
+        the query and not the accumulator: the tokens a confident step dropped had low past attention by
+        construction; what an uncertain step needs is what its own query looks for."""
+        cold = self.cold
+        b, h_kv = cold.bufs["k"].shape[:2]
+        q = self.last_query.float().view(b, h_kv, -1, self.last_query.shape[-1]).mean(dim=2)  # [B, H_kv, D]
+        if "k_scale" in cold.bufs:  # INT8 slots: k = k_q * k_scale (* per-channel scale)
+            if self.k_channel is not None:
+                q = q * self.k_channel.float()
+            scores = torch.einsum("bhd,bhnd->bhn", q, cold.view("k").float()) * cold.view("k_scale").float()
+        else:
+            scores = torch.einsum("bhd,bhnd->bhn", q, cold.view("k").float())
+        chosen = scores.topk(m, dim=-1).indices
+        slots = cold.gather(chosen)
+        if self.record_evictions:
+            self.recalls.append((slots["pos"].clone(), self.seen))
+        cold.remove(chosen)
+        store.append(**slots)
+        self.pin_state = None  # a recalled slot may lie in a pin added after it left: recount once
 
     def fit(self, fp_slots: int, q8_slots: int) -> None:
         """Free spare capacity beyond these slot counts (see `SlotStore.fit`)."""
@@ -202,9 +237,13 @@ class ConfKVLayer(CacheLayerMixin):
             self._slot_bytes = (self._slot_bytes[0], self.q8.slot_bytes(tuple(self.q8.bufs)))
         return self.fp.n * self._slot_bytes[0] + self.q8.n * self._slot_bytes[1]
 
+    def cold_bytes(self) -> int:
+        """Bytes of the cold tier's live slots (not read by attention; on a single device they are still memory)."""
+        return self.cold.n * self.cold.slot_bytes(tuple(self.cold.bufs)) if self.cold.n else 0
+
     def alloc_bytes(self) -> int:
         """Bytes actually allocated for this layer, bookkeeping (positions, scores) and spare capacity included."""
-        return self.fp.alloc_bytes() + self.q8.alloc_bytes()
+        return self.fp.alloc_bytes() + self.q8.alloc_bytes() + self.cold.alloc_bytes()
 
     def full_bytes_per_token(self) -> int:
         """Bytes one token would take in a full model-dtype cache (K and V, all batch rows and heads)."""

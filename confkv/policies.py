@@ -6,7 +6,10 @@ ranking differs (the paper's matched-rate ablation).
 `confkv-paper` is the paper's literal schedule (tau = 0.5, 256/512 tokens, the budget switches at once) and stays
 that whatever `confkv` becomes. Today `confkv` is the same schedule: neither the calibrated gate (`--set tau=auto`,
 opens on ~25% of forwards where tau = 0.5 opens on ~4-7%) nor the hysteresis gate (`--set shrink=16`) beat the same
-ranker at a fixed budget of equal mean bytes (README, issue 12), so neither was made the default. A new preset is one line in `PRESETS`; a new ranker is one
+ranker at a fixed budget of equal mean bytes (README, issue 12), so neither was made the default.
+`confkv-recall` adds recallable eviction: what a confident step evicts waits in a 2,048-token cold tier per layer
+(INT8, never attended), and when the gate opens the layer refills up to `n_high` with the cold tokens the current
+query scores highest, so "keep more when unsure" has something to keep. A new preset is one line in `PRESETS`; a new ranker is one
 class in `confkv.rankers` plus its `RANKERS` line, then `get_policy("confkv", {"ranker": "<name>"})`.
 """
 
@@ -26,6 +29,8 @@ PRESETS: dict[str, KVPolicy] = {
     "h2o": KVPolicy("h2o", Gate(budget=512), RankerSpec("h2o"), Protection(sinks=0, protect=256)),
     "confkv": _CONFKV,
     "confkv-paper": dataclasses.replace(_CONFKV, name="confkv-paper"),
+    "confkv-recall": dataclasses.replace(_CONFKV, name="confkv-recall",
+                                         storage=dataclasses.replace(_CONFKV.storage, cold=2048)),
     "confkv-pyramid": dataclasses.replace(_CONFKV, name="confkv-pyramid",
                                           gate=dataclasses.replace(_CONFKV_GATE, pyramid=True)),
     "random": dataclasses.replace(_ABLATION, name="random", ranking=RankerSpec("random")),

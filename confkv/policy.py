@@ -113,6 +113,9 @@ class Storage:
     # 16 from a sweep (SmolLM2-135M, 4K context, 99 decode steps, speed vs plain DynamicCache in one run):
     # slack 0 -> 1.15x, 16 -> 1.29x, 32 -> 1.29x, 64 -> 1.30x; the cost is up to 16 extra kept tokens per layer.
     slack: int = 16
+    # Recallable eviction: evicted slots move to a cold tier of this many tokens per layer (0: dropped for good) that
+    # attention skips; when the budget rises (the gate opens) a layer refills its room from it (`ConfKVLayer.recall`).
+    cold: int = 0
 
 
 _PARTS = {"gate": Gate, "ranking": RankerSpec, "protection": Protection, "storage": Storage}
@@ -231,6 +234,7 @@ class KVPolicy:
         if self.storage.prefill_chunk < 1:
             raise PolicyError("prefill_chunk must be >= 1")
         in_range("slack", 0)
+        in_range("cold", 0)
         self.ranking.build()
         return self
 
@@ -262,6 +266,7 @@ class KVPolicy:
         """One layer's eviction step after a forward: seed and fold the ranker's accumulators; once the layer is more
         than `slack` tokens over its budget (or its model-dtype window `slack` over `int8_after`), quantize what fell
         out of the window and evict down to `budget` (+ pinned tokens, which sit outside it), then shrink storage.
+        With a cold tier, a layer below its budget (the budget rose) refills the room from it.
         No host sync on a step that does not evict (counts are kept on the host)."""
         new = layer.new_tokens
         if new and self.evicts:  # a policy that never evicts never ranks
@@ -280,6 +285,10 @@ class KVPolicy:
         if window is not None and layer.fp.n > window and (over or layer.fp.n > window + slack):
             layer.quantize_oldest(layer.fp.n - window, capacity=None if budget is None else budget + slack + 1)
         if not over:
+            room = 0 if budget is None else budget - (layer.physical_length - n_pinned)
+            if room > 0 and layer.cold.n and layer.last_query is not None:
+                # The budget rose (the gate opened): bring back what this forward's query looks for.
+                layer.recall(layer.q8 if window is not None else layer.fp, min(room, layer.cold.n))
             return
         self._evict(layer, ranker, budget, pins, n_pinned)
         # Keep room for the next `slack + 1` tokens; free the rest (e.g. after the gate dropped n_high -> n_low).

@@ -38,6 +38,7 @@ class CallRecord:
     kept_tokens: int  # mean physical length over layers
     kv_bytes: int
     token_id: int | None = None
+    cold_bytes: int = 0  # the cold tier (recallable eviction), apart from the resident kv_bytes
 
 
 @dataclass
@@ -112,7 +113,8 @@ class ConfKVSession:
         kept = [layer.physical_length for layer in self.cache.layers]
         self.stats.steps.append(
             CallRecord(kind, tokens, conf, self.cache.global_budget, round(sum(kept) / len(kept)),
-                       sum(layer.kv_bytes() for layer in self.cache.layers), token_id)
+                       sum(layer.kv_bytes() for layer in self.cache.layers), token_id,
+                       sum(layer.cold_bytes() for layer in self.cache.layers))
         )
 
     def append(

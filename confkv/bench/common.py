@@ -149,6 +149,7 @@ class RunFootprint:
     mean_kv_bytes: float
     peak_kv_bytes: int
     full_kv_bytes: int
+    mean_cold_bytes: float = 0.0  # recallable eviction's cold tier, apart from the resident bytes above
 
 
 def footprint(session) -> RunFootprint:
@@ -162,6 +163,7 @@ def footprint(session) -> RunFootprint:
         mean_kv_bytes=sum(s.kv_bytes for s in steps) / len(steps),
         peak_kv_bytes=int(session.cache.peak_kv_bytes),
         full_kv_bytes=int(session.cache.full_kv_bytes()),
+        mean_cold_bytes=sum(s.cold_bytes for s in steps) / len(steps),
     )
 
 

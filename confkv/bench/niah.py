@@ -42,6 +42,7 @@ from confkv.policy import KVPolicy
 from confkv.session import ConfKVSession
 
 POLICIES = ("full", "sliding", "h2o", "confkv", GATE_OFF, "confkv-pyramid")
+GATED_EXTRA = ("confkv-recall", "confkv-paper")  # on request (`--policies`): the cold-tier gate, the literal one
 QUICK_OVERRIDES = {"n_low": "96", "n_high": "192", "protect": "32", "int8_after": "32"}
 QUESTION = "\n\nQuestion: What is the secret passcode mentioned in the text above?\nAnswer: The secret passcode is"
 TRACE_TAIL = 48
@@ -66,9 +67,9 @@ class NiahConfig:
             raise ValueError(f"context lengths must be >= 32 tokens, got {self.lengths}")
         if not self.depths or not all(0.0 <= d <= 1.0 for d in self.depths):
             raise ValueError(f"depths must be in [0, 1], got {self.depths}")
-        unknown = set(self.policies) - set(POLICIES)
+        unknown = set(self.policies) - set(POLICIES + GATED_EXTRA)
         if unknown:
-            raise ValueError(f"unknown policies {sorted(unknown)}; known: {', '.join(POLICIES)}")
+            raise ValueError(f"unknown policies {sorted(unknown)}; known: {', '.join(POLICIES + GATED_EXTRA)}")
         if set(self.policies) & set(FIXED_BASELINES) and "confkv" not in self.policies:
             raise ValueError(f"{'/'.join(FIXED_BASELINES)} are matched to confkv's footprint: include confkv")
         if self.needles < 1:
@@ -129,6 +130,7 @@ def run_cell(model, tokenizer, cell: Cell, policy: KVPolicy, max_new_tokens: int
     ends = list(accumulate(s.tokens for s in session.stats.steps))
     return cell.code in text, text, {"mean_kv_tokens": fp.mean_kv_tokens, "peak_kv_tokens": fp.peak_kv_tokens,
                                      "mean_kv_bytes": fp.mean_kv_bytes, "peak_kv_bytes": fp.peak_kv_bytes,
+                                     "mean_cold_bytes": fp.mean_cold_bytes,
                                      "gate_open_rate": session.cache.gate_open_rate, "ends": ends}
 
 
@@ -158,7 +160,7 @@ def run_niah(
     cfg.validate()
     say = progress or (lambda _msg: None)
     rng = random.Random(cfg.seed)
-    order = [p for p in ("full", "confkv", "confkv-pyramid", *FIXED_BASELINES) if p in cfg.policies]
+    order = [p for p in ("full", "confkv", "confkv-pyramid", *GATED_EXTRA, *FIXED_BASELINES) if p in cfg.policies]
     cells_out: list[dict] = []
     for length, depth, needle in itertools.product(cfg.lengths, cfg.depths, range(cfg.needles)):
         cell = make_cell(tokenizer, haystack, length, depth, f"{rng.randrange(10000, 100000)}", prefix)

@@ -1,6 +1,7 @@
 """The eviction oracle: one full forward pass in which each layer's attention hides exactly the evicted tokens.
 
-The cache records, per layer, the positions each KV head evicted and the last query position that still saw them.
+The cache records, per layer, the positions each KV head evicted and the last query position that still saw them
+(and, with a cold tier, the positions it recalled and the first query position that sees them again).
 Replaying the whole sequence without a cache, with a per-layer per-head mask built from that log, must reproduce the
 cache's logits (INT8 off). Registered as its own attention implementation so no model code is touched.
 """
@@ -37,10 +38,18 @@ def build_masks(cache, seq_len: int) -> dict[int, torch.Tensor]:
     causal = q[None, :] <= q[:, None]  # [Q, K]
     for i, layer in enumerate(cache.layers):
         b, h = layer.fp.bufs["k"].shape[:2]
-        last_seen = torch.full((b, h, seq_len), seq_len, dtype=torch.long)  # key -> last query pos that sees it
-        for positions, now in layer.evictions:
-            last_seen.scatter_(2, positions, now)
-        visible = causal[None, None] & (q[:, None][None, None] <= last_seen[:, :, None, :])
+        visible = causal[None, None].expand(b, h, seq_len, seq_len).clone()
+        # Events in time order: an eviction at t hides its keys from queries after t; a recall (cold tier) at r
+        # shows them again to queries from r on. Without recalls this is "visible until the last query that saw it".
+        events = [(now, 0, positions) for positions, now in layer.evictions]
+        events += [(first - 1, 1, positions) for positions, first in getattr(layer, "recalls", [])]
+        for time, kind, positions in sorted(events, key=lambda e: (e[0], e[1])):
+            keys = torch.zeros(b, h, seq_len, dtype=torch.bool).scatter_(2, positions, True)
+            rows = (q > time)[None, None, :, None]  # queries after the event
+            if kind == 0:
+                visible &= ~(rows & keys[:, :, None, :])
+            else:
+                visible |= rows & keys[:, :, None, :] & causal[None, None]
         masks[i] = visible
     return masks
 

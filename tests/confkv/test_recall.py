@@ -1,0 +1,85 @@
+"""Recallable eviction (`Storage.cold`): evicted slots wait in a cold tier and come back when the budget rises.
+
+What must hold: attention never reads the cold tier; a recall refills exactly the layer's room with the cold slots
+the last query scores highest; every forward still sees exactly what the masked oracle (evictions AND recalls)
+says it saw; cold bytes are accounted apart from resident bytes; and without a cold tier nothing changes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from confkv import ConfKVSession, get_policy
+from confkv.testing import tiny_model
+from tests.confkv.oracle import oracle_logits
+
+SMALL = {"sinks": "2", "protect": "4", "prefill_chunk": "16", "slack": "0", "n_low": "12", "n_high": "24"}
+
+
+def _forced_run(model, ids, policy, low_until: int, prefill: int = 20):
+    """Prefill, then decode with budget 12 until `low_until`, then 24 (the gate opens and stays open)."""
+    session = ConfKVSession(model, policy, record_evictions=True)
+    logits = [session.append(ids[:, :prefill])]
+    for t in range(prefill, ids.shape[1] - 1):
+        session.cache.set_budget(12 if t < low_until else 24)
+        logits.append(session.step(int(ids[0, t])))
+    return session, torch.stack(logits, dim=1)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_recalled_tokens_are_seen_again_exactly_as_the_oracle_says(arch: str) -> None:
+    model, vocab = tiny_model(arch)
+    ids = torch.randint(0, vocab, (1, 56), generator=torch.Generator().manual_seed(5))
+    policy = get_policy("confkv", {**SMALL, "int8_after": "none", "cold": "64"})
+    session, got = _forced_run(model, ids, policy, low_until=40)
+    layers = session.cache.layers
+    assert all(layer.recalls for layer in layers), "the test must recall"
+    for layer in layers:  # the first step with budget 24 refills the room: 24 - (12 + 1 new token)
+        assert layer.recalls[0][0].shape[-1] == 11 and layer.recalls[0][1] == 41
+        pos = layer.positions()
+        assert pos.sort(dim=-1).values.unique_consecutive(dim=-1).shape == pos.shape  # no slot twice
+        assert layer.physical_length <= 24
+        cold = layer.cold.view("pos")  # resident and cold are disjoint, per head
+        assert not (pos[..., :, None] == cold[..., None, :]).any()
+    want = oracle_logits(model, ids[:, :-1], session.cache)
+    torch.testing.assert_close(got, want[:, 19:], atol=5e-5, rtol=1e-4)
+
+
+def test_recall_picks_the_cold_slots_the_query_scores_highest() -> None:
+    model, vocab = tiny_model("qwen2")  # GQA: the KV head's score is its group's mean query
+    ids = torch.randint(0, vocab, (1, 40), generator=torch.Generator().manual_seed(6))
+    for storage in ({"int8_after": "none"}, {"int8_after": "4"}):
+        policy = get_policy("confkv", {**SMALL, **storage, "cold": "64"})
+        session, _ = _forced_run(model, ids, policy, low_until=10_000)  # never opens: only evictions
+        layer = session.cache.layers[0]
+        assert layer.cold.n > 3 and not layer.recalls
+        store = layer.q8 if "k_scale" in layer.cold.bufs else layer.fp
+        b, h_kv = layer.cold.bufs["k"].shape[:2]
+        group = layer.last_query.shape[1] // h_kv
+        keys = layer.cold.view("k").float()
+        if "k_scale" in layer.cold.bufs:
+            keys = keys * layer.cold.view("k_scale")[..., None] * layer.k_channel[:, :, None, :]
+        target = 2  # make every head's query point at its cold slot 2
+        layer.last_query = keys[:, :, target].repeat_interleave(group, dim=1) * 10
+        wanted = layer.cold.view("pos")[:, :, target].clone()
+        n_before, cold_before = store.n, layer.cold.n
+        layer.recall(store, 1)
+        assert store.n == n_before + 1 and layer.cold.n == cold_before - 1
+        assert torch.equal(store.view("pos")[:, :, -1], wanted)
+
+
+def test_cold_tier_is_bounded_accounted_apart_and_off_by_default() -> None:
+    model, vocab = tiny_model("llama")
+    ids = torch.randint(0, vocab, (1, 60), generator=torch.Generator().manual_seed(7))
+    policy = get_policy("confkv", {**SMALL, "int8_after": "4", "cold": "16"})
+    session, _ = _forced_run(model, ids, policy, low_until=10_000)
+    mem = session.memory()
+    for layer in session.cache.layers:
+        assert layer.cold.n == 16  # more than 16 were evicted; the least-attended beyond 16 are gone
+    assert mem.cold_bytes == sum(layer.cold_bytes() for layer in session.cache.layers) > 0
+    assert mem.kv_bytes == sum(layer.kv_bytes() for layer in session.cache.layers)  # resident only
+    assert session.stats.steps[-1].cold_bytes == mem.cold_bytes
+    plain, _ = _forced_run(model, ids, get_policy("confkv", {**SMALL, "int8_after": "4"}), low_until=40)
+    assert all(layer.cold.n == 0 and not layer.recalls for layer in plain.cache.layers)
+    assert plain.memory().cold_bytes == 0
