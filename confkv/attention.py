@@ -12,6 +12,8 @@ them, so one head-independent `[L, T]` mask (or the kernels' `causal_tail`) is e
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
@@ -56,8 +58,10 @@ def confkv_attention(
     return out.transpose(1, 2).contiguous(), None
 
 
+@functools.lru_cache(maxsize=8)
 def _tail_mask(n_keys: int, q_len: int, device: torch.device) -> torch.Tensor:
-    """`[L, T]` visibility when the last L of T keys are the L queries in order and the rest are older."""
+    """`[L, T]` visibility when the last L of T keys are the L queries in order and the rest are older. Cached: every
+    layer of a prefill chunk asks for the same one (read-only for sdpa)."""
     mask = torch.ones(q_len, n_keys, dtype=torch.bool, device=device)
     mask[:, n_keys - q_len :] = torch.ones(q_len, q_len, dtype=torch.bool, device=device).tril()
     return mask

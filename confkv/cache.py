@@ -85,9 +85,9 @@ class ConfKVCache(Cache):
             self.global_budget, self._layer_budgets = None, None
             return
         budget = self.schedule.budget(confidence)
-        if confidence is not None and hasattr(self.schedule, "n_low"):
+        if confidence is not None and self.policy.gated:  # (a replayed schedule counts against the same n_low)
             self.gate_decisions += 1
-            self.gate_opens += budget > self.schedule.n_low
+            self.gate_opens += budget > self.policy.n_low
         self._split(budget)
 
     def _split(self, global_budget: int) -> None:
