@@ -205,6 +205,7 @@ def niah(
     needles: int = typer.Option(3, "--needles", min=1, help="trials per cell, each with its own passcode"),
     policies: str = typer.Option(None, "--policies", help="comma-separated subset (confkv is always needed by the "
                                  "fixed baselines) [full,sliding,h2o,confkv,confkv-fixed,confkv-pyramid]"),
+    match: str = typer.Option("confkv", "--match", help="the gated policy the fixed baselines are byte-matched to"),
     set_: list[str] = typer.Option(None, "--set", help="override of the gated policies, key=value"),
     dtype: str = dtype_option(),
     int8: bool = typer.Option(False, "--int8", help="dynamic INT8 Linear layers (CPU speed-up, fp32 activations)"),
@@ -220,7 +221,7 @@ def niah(
         chosen = tuple(p.strip() for p in policies.split(",") if p.strip()) if policies else bench_niah.POLICIES
         result, paths = bench_niah.run(model, quick, out, lens, _floats(depths, "--depths"), _overrides(set_),
                                        progress=lambda m: typer.echo(m, err=True), dtype=checked_dtype(dtype),
-                                       needles=needles, policies=chosen, int8=int8)
+                                       needles=needles, policies=chosen, int8=int8, match=match)
     except (CorpusMissingError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     _quality_output(result, paths, bench_niah.table, as_json)

@@ -56,6 +56,10 @@ class Gate:
     pyramid_spread: float = 0.5
     confidence_weights: tuple[float, float, float] = DEFAULT_WEIGHTS
     confidence_rescale: bool = False
+    # A multi-token forward's confidence: "mean" over its last CONFIDENCE_POSITIONS positions (a chunk's overall
+    # certainty), or "last": the final position's, i.e. the next-token distribution the following step depends on
+    # (a question's last token, where the model must retrieve, is judged by itself, not averaged away).
+    chunk_confidence: str = "mean"
 
     def schedule(self) -> FixedBudget | GatedBudget | QuantileGate | Hysteresis | None:
         if self.gated:
@@ -229,6 +233,8 @@ class KVPolicy:
                 )
         if self.storage.int8_after is not None and self.storage.int8_after < 1:
             raise PolicyError("int8_after must be >= 1 (or None to disable INT8)")
+        if self.gate.chunk_confidence not in ("mean", "last"):
+            raise PolicyError(f"chunk_confidence must be 'mean' or 'last', got {self.gate.chunk_confidence!r}")
         if self.storage.key_scales not in ("channel", "token"):
             raise PolicyError(f"key_scales must be 'channel' or 'token', got {self.storage.key_scales!r}")
         if self.storage.prefill_chunk < 1:
@@ -241,8 +247,9 @@ class KVPolicy:
     # -- decisions -----------------------------------------------------------------------------------------------
     def confidence(self, logits: torch.Tensor) -> torch.Tensor:
         """One forward's confidence (0-dim tensor) from its logits `[B, L, V]`: mean over the last
-        `CONFIDENCE_POSITIONS` positions, then the least confident row."""
-        tail = logits[:, -CONFIDENCE_POSITIONS:]
+        `CONFIDENCE_POSITIONS` positions (or the last position alone, `chunk_confidence="last"`), then the least
+        confident row."""
+        tail = logits[:, -1:] if self.gate.chunk_confidence == "last" else logits[:, -CONFIDENCE_POSITIONS:]
         per_pos = confidence(tail, self.gate.confidence_weights, self.gate.confidence_rescale)
         return per_pos.mean(dim=-1).min()
 

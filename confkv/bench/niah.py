@@ -9,7 +9,7 @@ L counts every token. The context is appended to a `ConfKVSession` (chunked pref
 the session does), the question as one more call, then up to `max_new_tokens` greedy tokens are decoded; a cell is
 correct iff the decoded text contains the number.
 
-Matched footprint per trial: `confkv` runs first; `sliding`, `h2o` and `confkv-fixed` (the same ranker and INT8 with
+Matched footprint per trial: `confkv` (or the gated policy named by `match`) runs first; `sliding`, `h2o` and `confkv-fixed` (the same ranker and INT8 with
 the gate off) each get the fixed budget whose mean resident KV bytes over the same call ends matches confkv's
 (`common.byte_matched_budget`; H2O recent window = half its budget); `confkv-pyramid` shares the gate.
 
@@ -59,6 +59,7 @@ class NiahConfig:
     prefill_chunk: int = 512
     max_new_tokens: int = 10
     needles: int = 3  # trials per (length, depth) cell, each with its own passcode
+    match: str = "confkv"  # the gated policy whose mean resident bytes the fixed baselines are matched to
     seed: int = 0
     trace: bool = True
 
@@ -70,8 +71,8 @@ class NiahConfig:
         unknown = set(self.policies) - set(POLICIES + GATED_EXTRA)
         if unknown:
             raise ValueError(f"unknown policies {sorted(unknown)}; known: {', '.join(POLICIES + GATED_EXTRA)}")
-        if set(self.policies) & set(FIXED_BASELINES) and "confkv" not in self.policies:
-            raise ValueError(f"{'/'.join(FIXED_BASELINES)} are matched to confkv's footprint: include confkv")
+        if set(self.policies) & set(FIXED_BASELINES) and self.match not in self.policies:
+            raise ValueError(f"{'/'.join(FIXED_BASELINES)} are matched to {self.match}'s footprint: include it")
         if self.needles < 1:
             raise ValueError(f"needles must be >= 1, got {self.needles}")
         return self
@@ -173,7 +174,7 @@ def run_niah(
             t0 = time.perf_counter()
             ok, text, fp = run_cell(model, tokenizer, cell, _policy(name, cfg.overrides, cfg.prefill_chunk, budget),
                                     cfg.max_new_tokens)
-            if name == "confkv":
+            if name == cfg.match:
                 ref = fp
             cells_out.append({"length": length, "depth": depth, "needle": needle, "policy": name, "correct": ok,
                               "answer": text, "budget": budget, **fp, "seconds": time.perf_counter() - t0})
@@ -183,9 +184,9 @@ def run_niah(
     for c in cells_out:
         c.pop("ends", None)
     result = summarize(cells_out, cfg)
-    if cfg.trace and "confkv" in cfg.policies:
+    if cfg.trace and cfg.match in cfg.policies:
         cell = make_cell(tokenizer, haystack, max(cfg.lengths), 0.5, f"{rng.randrange(10000, 100000)}", prefix)
-        result["trace"] = run_trace(model, tokenizer, cell, _policy("confkv", cfg.overrides, cfg.prefill_chunk, None),
+        result["trace"] = run_trace(model, tokenizer, cell, _policy(cfg.match, cfg.overrides, cfg.prefill_chunk, None),
                                     cfg.max_new_tokens)
     return result
 
@@ -215,6 +216,7 @@ def summarize(cells: list[dict], cfg: NiahConfig) -> dict:
             "ci95": wilson(k, len(mine)),
             "mean_kv_tokens": sum(c["mean_kv_tokens"] for c in mine) / len(mine),
             "mean_kv_bytes": sum(c["mean_kv_bytes"] for c in mine) / len(mine),
+            "mean_cold_bytes": sum(c.get("mean_cold_bytes", 0.0) for c in mine) / len(mine),
             "peak_kv_tokens": max(c["peak_kv_tokens"] for c in mine),
             "peak_kv_bytes": max(c["peak_kv_bytes"] for c in mine),
             "gate_open_rate": sum(rates) / len(rates) if rates else None,
@@ -225,7 +227,7 @@ def summarize(cells: list[dict], cfg: NiahConfig) -> dict:
                         for n, d in itertools.product(cfg.lengths, cfg.depths)},
         }
     return {"bench": "niah", "text": CORPUS_NAME, "lengths": list(cfg.lengths), "depths": list(cfg.depths),
-            "needles": cfg.needles, "overrides": cfg.overrides, "prefill_chunk": cfg.prefill_chunk,
+            "needles": cfg.needles, "matched_to": cfg.match, "overrides": cfg.overrides, "prefill_chunk": cfg.prefill_chunk,
             "policies": policies, "cells": cells, "paper": PAPER["niah_accuracy"]}
 
 
@@ -284,7 +286,7 @@ def plot_trace(trace: dict, path) -> None:
 def run(model_name: str, quick: bool, out_dir, lengths: tuple[int, ...] | None = None,
         depths: tuple[float, ...] | None = None, overrides: dict[str, str] | None = None,
         progress: Progress | None = None, dtype: str | None = "auto", needles: int = 3,
-        policies: tuple[str, ...] = POLICIES, int8: bool = False) -> tuple[dict, list]:
+        policies: tuple[str, ...] = POLICIES, int8: bool = False, match: str = "confkv") -> tuple[dict, list]:
     """The `bench niah` command: writes niah-<model>.json, a heatmap PNG and the trace PNG."""
     from confkv.bench.common import corpus_ids, load_model, save_outputs
 
@@ -293,7 +295,7 @@ def run(model_name: str, quick: bool, out_dir, lengths: tuple[int, ...] | None =
     if lengths is None:
         lengths = (512, 1024) if quick else tuple(n for n in (1024, 2048, 4096, 8192, 16384, 32768) if n <= limit)
     depths = depths or ((0.0, 0.5, 1.0) if quick else (0.0, 0.25, 0.5, 0.75, 1.0))
-    cfg = NiahConfig(lengths=tuple(lengths), depths=tuple(depths), policies=tuple(policies), needles=needles,
+    cfg = NiahConfig(lengths=tuple(lengths), depths=tuple(depths), policies=tuple(policies), needles=needles, match=match,
                      prefill_chunk=128 if quick else 512,
                      overrides={**(QUICK_OVERRIDES if quick else {}), **(overrides or {})}).validate()
     bos = (tokenizer.bos_token_id,) if tokenizer.bos_token_id is not None else ()
@@ -314,7 +316,7 @@ def table(result: dict):
     t = Table(title=f"bench niah: {result.get('model')}, lengths {result['lengths']}, depths {result['depths']}, "
                     f"{result.get('needles', 1)} needles per cell")
     cols = ["policy", "correct", "95% CI", *[f"acc@{n}" for n in result["lengths"]], "mean KV MiB", "peak KV MiB",
-            "gate open", "paper"]
+            "cold MiB", "gate open", "paper"]
     for col in cols:
         t.add_column(col, justify="left" if col == "policy" else "right")
     for name, row in result["policies"].items():
@@ -323,6 +325,7 @@ def table(result: dict):
         t.add_row(name, f"{row.get('correct', '?')}/{row.get('trials', '?')}", f"{fmt(lo)}-{fmt(hi)}",
                   *[fmt(row["by_length"][str(n)]) for n in result["lengths"]],
                   fmt(row.get("mean_kv_bytes", 0) / 2**20, 3), fmt(row["peak_kv_bytes"] / 2**20, 3),
+                  fmt(row.get("mean_cold_bytes", 0) / 2**20, 3),
                   "-" if rate is None else f"{rate:.0%}", fmt(result["paper"].get(name), 3))
     if "trace" in result:
         tr = result["trace"]

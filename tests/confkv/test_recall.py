@@ -83,3 +83,16 @@ def test_cold_tier_is_bounded_accounted_apart_and_off_by_default() -> None:
     plain, _ = _forced_run(model, ids, get_policy("confkv", {**SMALL, "int8_after": "4"}), low_until=40)
     assert all(layer.cold.n == 0 and not layer.recalls for layer in plain.cache.layers)
     assert plain.memory().cold_bytes == 0
+
+
+def test_chunk_confidence_last_judges_the_final_position_alone() -> None:
+    from confkv.confidence import confidence
+
+    logits = torch.zeros(1, 5, 50)
+    logits[0, :4, 0] = 30.0  # four certain positions, then a flat one (the model must look something up)
+    mean = get_policy("confkv").confidence(logits)
+    last = get_policy("confkv", {"chunk_confidence": "last"}).confidence(logits)
+    assert float(last) == pytest.approx(float(confidence(logits[:, -1:])[0, 0]))
+    assert float(last) < 0.5 < float(mean)  # averaged, the flat position would not open a tau = 0.5 gate
+    with pytest.raises(ValueError, match="chunk_confidence"):
+        get_policy("confkv", {"chunk_confidence": "median"})
