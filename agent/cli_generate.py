@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         prompt: str = typer.Argument(..., help="the prompt text"),
         model: str = typer.Option("smollm2-135m", "--model", help="registry name, HF directory or .gguf path"),
         policy: str = typer.Option("confkv", "--policy", help="full, sliding, h2o, random, recency, attention, "
-                                                               "confkv, confkv-paper, confkv-pyramid"),
+                                                               "confkv, confkv-paper, confkv-recall, confkv-pyramid"),
         overrides: list[str] = typer.Option(None, "--set", help="policy override key=value (repeatable)"),
         max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
         chat: bool = typer.Option(False, "--chat", help="wrap the prompt in the chat template (default for chat "

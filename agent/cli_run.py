@@ -25,7 +25,7 @@ TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
 DEFAULT_TASK = TASKS_DIR / "shopping_001.yaml"
 DEFAULT_TASK_MAX_STEPS = 8
 _POLICY_HELP = "scripted (replays the reference solution), full, sliding, h2o, random, recency, attention, confkv, " \
-               "confkv-paper, confkv-pyramid"
+               "confkv-paper, confkv-recall, confkv-pyramid"
 
 
 def _usage_error(message: str) -> typer.Exit:
