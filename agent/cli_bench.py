@@ -105,6 +105,10 @@ def _quality_output(result: dict, paths: list, table, as_json: bool) -> None:
         console.print(f"wrote {path}")
 
 
+def _names(text: str | None) -> tuple[str, ...] | None:
+    return tuple(p.strip() for p in text.split(",") if p.strip()) if text else None
+
+
 def _overrides(items: list[str] | None) -> dict[str, str]:
     from confkv.policies import PolicyError, parse_overrides
 
@@ -123,6 +127,8 @@ def ppl(
     set_: list[str] = typer.Option(None, "--set", help="override of the gated policies, key=value"),
     dtype: str = dtype_option(),
     int8: bool = typer.Option(False, "--int8", help="dynamic INT8 Linear layers (CPU speed-up, fp32 activations)"),
+    policies: str = typer.Option(None, "--policies", help="comma-separated subset [all: full, sliding, h2o, confkv, "
+                                 "confkv-fixed, confkv-pyramid, confkv-noint8, random, recency, attention]"),
     out: str = typer.Option("results", "--out", help="results directory"),
     as_json: bool = typer.Option(False, "--json", help="print the results JSON"),
 ) -> None:
@@ -133,8 +139,8 @@ def ppl(
     try:
         result, paths = bench_ppl.run(model, quick, out, tokens, stride, _overrides(set_),
                                       progress=lambda m: typer.echo(m, err=True), dtype=checked_dtype(dtype),
-                                      int8=int8)
-    except CorpusMissingError as exc:
+                                      int8=int8, policies=_names(policies))
+    except (CorpusMissingError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     _quality_output(result, paths, bench_ppl.table, as_json)
 
@@ -218,7 +224,7 @@ def niah(
 
     lens = _parse_lengths(lengths) if lengths else None
     try:
-        chosen = tuple(p.strip() for p in policies.split(",") if p.strip()) if policies else bench_niah.POLICIES
+        chosen = _names(policies) or bench_niah.POLICIES
         result, paths = bench_niah.run(model, quick, out, lens, _floats(depths, "--depths"), _overrides(set_),
                                        progress=lambda m: typer.echo(m, err=True), dtype=checked_dtype(dtype),
                                        needles=needles, policies=chosen, int8=int8, match=match)

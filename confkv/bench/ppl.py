@@ -218,7 +218,7 @@ def plot_ppl(result: dict, path) -> None:
 def run(
     model_name: str, quick: bool, out_dir, n_tokens: int | None = None, stride: int | None = None,
     overrides: dict[str, str] | None = None, progress: Progress | None = None, dtype: str | None = "auto",
-    int8: bool = False,
+    int8: bool = False, policies: tuple[str, ...] | None = None,
 ) -> tuple[dict, list]:
     """The `bench ppl` command: load the model and text, run, write `ppl-<model>.json/.png`; returns (result, paths)."""
     from confkv.bench.common import corpus_ids, load_model, save_outputs
@@ -230,7 +230,8 @@ def run(
         n_tokens=n,
         stride=stride or (16 if quick else 1),
         overrides={**(QUICK_OVERRIDES if quick else {}), **(overrides or {})},
-    )
+        **({"policies": tuple(policies)} if policies else {}),
+    ).validate()
     result = run_ppl(model, corpus_ids(tokenizer, n), cfg, progress)
     result["model"] = model_name
     result["quick"] = quick
