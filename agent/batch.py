@@ -151,11 +151,13 @@ class Plan:
 
 def plan(store: Any, tasks: Sequence[Task], policies: Sequence[str], settings: AgentSettings) -> Plan:
     """Find (or create) one run per policy and list the episodes that are not finished yet."""
+    from confkv.policy import KVPolicy
+
     run_ids: dict[str, int] = {}
     done: dict[str, set[str]] = {}
     for policy in policies:
         model, config = run_config(policy, settings)
-        run_ids[policy] = store.start_run(model, policy, config, resume=True)
+        run_ids[policy] = store.start_run(model, policy, config, resume=True, defaults=KVPolicy.defaults())
         done[policy] = store.finished_tasks(run_ids[policy])
     # task-major order: an eval stopped halfway has every policy on the same tasks, so its figures compare
     pending = [(task, p) for task in tasks for p in policies if str(task.task_id) not in done[p]]

@@ -287,10 +287,12 @@ def run_forced(
     run id per label. Resumable: a spec's run is found again by its config and its finished tasks are skipped."""
     from agent.browser import BrowserSession
     from agent.model_policy import ModelAgent
+    from confkv.policy import KVPolicy
     from traces.forced import record_forced
 
     settings = dict(agent_settings or {})
-    run_ids = {s.label: store.start_run(model_name, s.label, run_config(s, settings), resume=True, mode="forced")
+    run_ids = {s.label: store.start_run(model_name, s.label, run_config(s, settings), resume=True, mode="forced",
+                                        defaults=KVPolicy.defaults())
                for s in specs}  # fmt: skip
     for task in tasks:
         claimed: list[tuple[ForcedSpec, int]] = []

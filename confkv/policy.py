@@ -160,6 +160,11 @@ class KVPolicy:
         parts = {p: dataclasses.replace(getattr(self, p), **kv) for p, kv in changes.items()}
         return dataclasses.replace(self, **parts).validate()
 
+    @staticmethod
+    def defaults() -> dict[str, Any]:
+        """Every override key's default (what a config recorded before the key existed implicitly had)."""
+        return {key: f.default for key, (_part, f) in _KEYS.items()}
+
     def to_dict(self) -> dict:
         """Flat settings (what traces store): the name and every override key."""
         return {"name": self.name, **{k: getattr(self, k) for k in KVPolicy.keys()}}

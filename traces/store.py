@@ -54,6 +54,27 @@ def run_key(model: str, policy: str, policy_config: Mapping[str, Any] | None) ->
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+_MISSING = object()
+
+
+def _older_run(db: Any, model: str, policy: str, config: Mapping[str, Any], defaults: Mapping[str, Any]) -> int | None:
+    """The latest run of (model, policy) whose config equals `config` except for keys it lacks that are at their
+    defaults in `config` (the run was recorded before those keys existed)."""
+    want = json.loads(json.dumps(config, default=str))  # compare as stored: JSON round trip (tuples -> lists)
+    base = json.loads(json.dumps(dict(defaults), default=str))
+    rows = db.execute("select id, policy_config from runs where model = ? and policy = ? order by id desc",
+                      [model, policy]).fetchall()
+    for run_id, stored_json in rows:
+        stored = json.loads(stored_json or "{}")
+        if not set(stored) <= set(want):
+            continue
+        if all(stored[k] == want[k] for k in stored) and all(
+            base.get(k, _MISSING) == want[k] for k in set(want) - set(stored)
+        ):
+            return int(run_id)
+    return None
+
+
 class TraceStore(TraceQueries):
     """Read and write one trace database.  One instance per process (sqlite connections are not fork-safe)."""
 
@@ -120,6 +141,7 @@ class TraceStore(TraceQueries):
         *,
         notes: str | None = None,
         resume: bool = False,
+        defaults: Mapping[str, Any] | None = None,
         mode: str = "free",
         git_revision: str | None = _AUTO,
         machine: Mapping[str, Any] | None = _AUTO,
@@ -128,7 +150,9 @@ class TraceStore(TraceQueries):
 
         `policy_config` is a mapping or a dataclass (e.g. `PolicyConfig`).  With `resume=True` the latest run with
         the same model, policy and config is returned instead of a new one, so a re-launched eval adds its
-        episodes to the run it interrupted and `finished_tasks(run_id)` tells it what to skip.
+        episodes to the run it interrupted and `finished_tasks(run_id)` tells it what to skip. `defaults` (config key
+        -> default value) lets a run recorded before a config key existed be resumed: it matches when it differs
+        only by keys it lacks whose new value is that default (a new policy field must not restart a long eval).
         """
         if not model or not policy:
             raise ValueError("start_run needs a model name and a policy name")
@@ -146,6 +170,9 @@ class TraceStore(TraceQueries):
                 row = db.execute("select id from runs where run_key = ? order by id desc limit 1", [key]).fetchone()
                 if row:
                     return int(row[0])
+                older = _older_run(db, model, policy, config, defaults) if defaults else None
+                if older is not None:
+                    return older
             return (
                 db["runs"]
                 .insert(

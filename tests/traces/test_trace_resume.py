@@ -25,6 +25,19 @@ def test_resume_reuses_the_run_only_for_the_same_model_policy_and_config(db_path
         assert store.start_run("qwen", "confkv", {"n_low": 64, "n_high": 256}) != first  # no resume: new run
 
 
+def test_a_run_recorded_before_a_config_key_existed_resumes_while_the_key_is_at_its_default(db_path):
+    defaults = {"n_low": 256, "n_high": 512, "cold": 0, "weights": (0.4, 0.3, 0.3)}
+    with TraceStore(db_path) as store:
+        old = store.start_run("qwen", "confkv", {"n_low": 64, "n_high": 256})  # before `cold` and `weights` existed
+        now = {"n_low": 64, "n_high": 256, "cold": 0, "weights": (0.4, 0.3, 0.3)}
+        assert store.start_run("qwen", "confkv", now, resume=True, defaults=defaults) == old
+        other = {**now, "cold": 64}  # the new key NOT at its default: a different experiment
+        assert store.start_run("qwen", "confkv", other, resume=True, defaults=defaults) != old
+        changed = {**now, "n_low": 32}
+        assert store.start_run("qwen", "confkv", changed, resume=True, defaults=defaults) != old
+        assert store.start_run("qwen", "confkv", now, resume=True) != old  # without defaults: a new run
+
+
 def test_crashed_episode_is_rerun_and_only_its_final_attempt_counts(db_path):
     with TraceStore(db_path) as store:
         run = store.start_run("qwen", "full", {})
