@@ -198,11 +198,12 @@ class ConfKVLayer(CacheLayerMixin):
                 self.cold.remove(self.cold.view("acc").topk(over, dim=-1, largest=False).indices)
         store.remove(victims)
 
-    def recall(self, store: SlotStore, m: int) -> None:
-        """Move the `m` cold slots per KV head that the last forward's final query attends to most (q.k, the mean
-        query of the head's GQA group, scales applied) back into `store`, the store they were evicted from. Why
-        the query and not the accumulator: the tokens a confident step dropped had low past attention by
-        construction; what an uncertain step needs is what its own query looks for."""
+    def recall(self, store: SlotStore, m: int, block: int = 1) -> None:
+        """Move `m` cold slots per KV head back into `store` (the store they were evicted from): those the last
+        forward's final query attends to most (q.k, the mean query of the head's GQA group, scales applied), taken
+        by position blocks of `block` tokens, best block first (a block scores its best slot). Why the query and not
+        the accumulator: the tokens a confident step dropped had low past attention by construction; what an
+        uncertain step needs is what its own query looks for."""
         cold = self.cold
         b, h_kv = cold.bufs["k"].shape[:2]
         q = self.last_query.float().view(b, h_kv, -1, self.last_query.shape[-1]).mean(dim=2)  # [B, H_kv, D]
@@ -212,6 +213,13 @@ class ConfKVLayer(CacheLayerMixin):
             scores = torch.einsum("bhd,bhnd->bhn", q, cold.view("k").float()) * cold.view("k_scale").float()
         else:
             scores = torch.einsum("bhd,bhnd->bhn", q, cold.view("k").float())
+        if block > 1:  # rank slots by their block's best score, then by their own (ties inside a block)
+            blocks = torch.div(cold.view("pos"), block, rounding_mode="floor")
+            ids = blocks - blocks.min(dim=-1, keepdim=True).values
+            best = scores.new_full((*scores.shape[:2], int(ids.max()) + 1), float("-inf"))
+            best = best.scatter_reduce(2, ids, scores, reduce="amax")
+            spread = (scores.max() - scores.min()).clamp_min(1e-6)
+            scores = best.gather(2, ids) + 1e-3 * (scores - scores.min()) / spread
         chosen = scores.topk(m, dim=-1).indices
         slots = cold.gather(chosen)
         if self.record_evictions:

@@ -120,6 +120,10 @@ class Storage:
     # Recallable eviction: evicted slots move to a cold tier of this many tokens per layer (0: dropped for good) that
     # attention skips; when the budget rises (the gate opens) a layer refills its room from it (`ConfKVLayer.recall`).
     cold: int = 0
+    # Recall whole position blocks of this many tokens (the best block first, InfLLM/Quest-style); 1 = single tokens.
+    # Why: a fact is a span (the digits of a number and the words that name it), and single-token recall brought
+    # back some of a needle's digits without the rest (README, issue 12).
+    recall_block: int = 16
 
 
 _PARTS = {"gate": Gate, "ranking": RankerSpec, "protection": Protection, "storage": Storage}
@@ -246,6 +250,7 @@ class KVPolicy:
             raise PolicyError("prefill_chunk must be >= 1")
         in_range("slack", 0)
         in_range("cold", 0)
+        in_range("recall_block", 1)
         self.ranking.build()
         return self
 
@@ -300,7 +305,8 @@ class KVPolicy:
             room = 0 if budget is None else budget - (layer.physical_length - n_pinned)
             if room > 0 and layer.cold.n and layer.last_query is not None:
                 # The budget rose (the gate opened): bring back what this forward's query looks for.
-                layer.recall(layer.q8 if window is not None else layer.fp, min(room, layer.cold.n))
+                layer.recall(layer.q8 if window is not None else layer.fp, min(room, layer.cold.n),
+                             self.storage.recall_block)
             return
         self._evict(layer, ranker, budget, pins, n_pinned)
         # Keep room for the next `slack + 1` tokens; free the rest (e.g. after the gate dropped n_high -> n_low).

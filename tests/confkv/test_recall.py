@@ -69,6 +69,27 @@ def test_recall_picks_the_cold_slots_the_query_scores_highest() -> None:
         assert torch.equal(store.view("pos")[:, :, -1], wanted)
 
 
+def test_block_recall_brings_back_the_best_slot_and_its_block_neighbours_first() -> None:
+    model, vocab = tiny_model("llama")
+    ids = torch.randint(0, vocab, (1, 48), generator=torch.Generator().manual_seed(8))
+    policy = get_policy("confkv", {**SMALL, "int8_after": "none", "cold": "64"})
+    session, _ = _forced_run(model, ids, policy, low_until=10_000)
+    layer = session.cache.layers[0]
+    pos = layer.cold.view("pos")
+    block = 4
+    full_blocks = [b for b in range(48 // block)  # a block every head holds completely in the cold tier
+                   if all(((pos[0, h] // block) == b).sum() == block for h in range(pos.shape[1]))]
+    assert full_blocks, "the test needs a whole block in the cold tier"
+    b = full_blocks[0]
+    target = (pos[0, 0] // block == b).nonzero()[0, 0]  # one slot of that block, on head 0
+    group = layer.last_query.shape[1] // pos.shape[1]
+    layer.last_query = layer.cold.view("k")[:, :, target].float().repeat_interleave(group, dim=1) * 10
+    n_before = layer.fp.n
+    layer.recall(layer.fp, block, block=block)
+    back = layer.fp.view("pos")[0, 0, n_before:]
+    assert sorted((back // block).tolist()) == [b] * block  # head 0 took the whole block of its best slot
+
+
 def test_cold_tier_is_bounded_accounted_apart_and_off_by_default() -> None:
     model, vocab = tiny_model("llama")
     ids = torch.randint(0, vocab, (1, 60), generator=torch.Generator().manual_seed(7))
