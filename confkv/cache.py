@@ -144,6 +144,14 @@ class ConfKVCache(Cache):
             self.policy.apply(layer, self.rankers[i], budget, self.pins)
         self.bookkeeping_s += time.perf_counter() - t0
 
+    def take_recalled(self) -> bool:
+        """Whether the last eviction step recalled cold slots in any layer (and clear it)."""
+        hit = False
+        for layer in self.layers:
+            hit |= layer.recalled
+            layer.recalled = False
+        return hit
+
     def _check_attached(self) -> None:
         if not self.attached:
             raise NotAttachedError(

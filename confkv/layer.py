@@ -67,6 +67,7 @@ class ConfKVLayer(CacheLayerMixin):
         self.cold = SlotStore()  # evicted slots, in the format of the store they left; attention never reads them
         self.last_query: torch.Tensor | None = None  # [B, H_q, D] of the last forward (kept only with a cold tier)
         self.recalls: list[tuple[torch.Tensor, int]] = []  # (recalled positions [B,H,k], first query pos that sees them)
+        self.recalled = False  # this forward's eviction step recalled cold slots (the session may rerun its last token)
         self.seen = 0
         self.new_tokens = 0  # appended since the last eviction step
         self.mass: torch.Tensor | None = None  # the call's per-query-head mass [B, H_q, Tq+Tf], set by attention
@@ -225,8 +226,24 @@ class ConfKVLayer(CacheLayerMixin):
         if self.record_evictions:
             self.recalls.append((slots["pos"].clone(), self.seen))
         cold.remove(chosen)
+        if store.n:  # ranked as the best resident token of the head: the next confident step must not drop them first
+            slots["acc"] = store.view("acc").amax(dim=-1, keepdim=True).expand_as(slots["acc"]).clone()
         store.append(**slots)
         self.pin_state = None  # a recalled slot may lie in a pin added after it left: recount once
+        self.recalled = True
+
+    def newest_resident(self) -> bool:
+        """The last token seen is still in the model-dtype store of every head (it is, unless nothing is protected)."""
+        return bool(self.fp.n) and bool((self.fp.view("pos") == self.seen - 1).any(dim=-1).all())
+
+    def pop_newest(self) -> None:
+        """Forget the last token seen (its K/V and slot; check `newest_resident` first), so the session can run it
+        again, e.g. after a recall made context visible that its first pass did not see."""
+        fp = self.fp
+        fp.remove((fp.view("pos") == self.seen - 1).float().argmax(dim=-1, keepdim=True))
+        self.seen -= 1
+        self.pin_state = None
+        self.recalls = [(p, self.seen if t == self.seen + 1 else t) for p, t in self.recalls]  # its rerun sees them
 
     def fit(self, fp_slots: int, q8_slots: int) -> None:
         """Free spare capacity beyond these slot counts (see `SlotStore.fit`)."""

@@ -124,6 +124,9 @@ class Storage:
     # Why: a fact is a span (the digits of a number and the words that name it), and single-token recall brought
     # back some of a needle's digits without the rest (README, issue 12).
     recall_block: int = 16
+    # After a recall, run the forward's last token again so the next token is predicted WITH the recalled context
+    # (without it, the first answer token after a question is still decided from logits that never saw it).
+    recall_rerun: bool = True
 
 
 _PARTS = {"gate": Gate, "ranking": RankerSpec, "protection": Protection, "storage": Storage}

@@ -99,7 +99,19 @@ class ConfKVSession:
                 self._scope_depth = 0
 
     def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
-        """One forward; the cache evicts at its end (`ConfKVCache.end_forward`)."""
+        """One forward; the cache evicts at its end (`ConfKVCache.end_forward`). If that eviction step recalled cold
+        slots (`Storage.recall_rerun`), the last token is run once more so its logits see them (the other positions'
+        logits, when asked for, stay those of the first pass)."""
+        logits = self._forward_once(ids, keep)
+        if self.cache.take_recalled() and self.policy.recall_rerun and ids.shape[0] == 1:
+            if all(layer.newest_resident() for layer in self.cache.layers):
+                for layer in self.cache.layers:
+                    layer.pop_newest()
+                logits = torch.cat([logits[:, :-1], self._forward_once(ids[:, -1:], 1)], dim=1)
+                self.cache.take_recalled()  # a recall at the end of the rerun itself is not rerun again
+        return logits
+
+    def _forward_once(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
         start = self.seen
         position_ids = torch.arange(start, start + ids.shape[1], device=self.device).expand(ids.shape[0], -1)
         with self.attached(), torch.no_grad():

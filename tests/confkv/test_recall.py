@@ -28,15 +28,19 @@ def _forced_run(model, ids, policy, low_until: int, prefill: int = 20):
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_recalled_tokens_are_seen_again_exactly_as_the_oracle_says(arch: str) -> None:
+@pytest.mark.parametrize("rerun", ["true", "false"])
+def test_recalled_tokens_are_seen_again_exactly_as_the_oracle_says(arch: str, rerun: str) -> None:
+    """With `recall_rerun` the token whose step recalled is run again, so it (query 40) already sees what came back;
+    without, the next token (41) is the first."""
     model, vocab = tiny_model(arch)
     ids = torch.randint(0, vocab, (1, 56), generator=torch.Generator().manual_seed(5))
-    policy = get_policy("confkv", {**SMALL, "int8_after": "none", "cold": "64"})
+    policy = get_policy("confkv", {**SMALL, "int8_after": "none", "cold": "64", "recall_rerun": rerun})
     session, got = _forced_run(model, ids, policy, low_until=40)
     layers = session.cache.layers
     assert all(layer.recalls for layer in layers), "the test must recall"
+    assert session.seen == 55 and session.stats.decoded_tokens == 35  # the rerun adds no token
     for layer in layers:  # the first step with budget 24 refills the room: 24 - (12 + 1 new token)
-        assert layer.recalls[0][0].shape[-1] == 11 and layer.recalls[0][1] == 41
+        assert layer.recalls[0][0].shape[-1] == 11 and layer.recalls[0][1] == (40 if rerun == "true" else 41)
         pos = layer.positions()
         assert pos.sort(dim=-1).values.unique_consecutive(dim=-1).shape == pos.shape  # no slot twice
         assert layer.physical_length <= 24
