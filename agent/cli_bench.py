@@ -212,6 +212,7 @@ def niah(
     policies: str = typer.Option(None, "--policies", help="comma-separated subset (confkv is always needed by the "
                                  "fixed baselines) [full,sliding,h2o,confkv,confkv-fixed,confkv-pyramid]"),
     match: str = typer.Option("confkv", "--match", help="the gated policy the fixed baselines are byte-matched to"),
+    match_total: bool = typer.Option(False, "--match-total", help="match resident + cold-tier bytes (one device)"),
     set_: list[str] = typer.Option(None, "--set", help="override of the gated policies, key=value"),
     dtype: str = dtype_option(),
     int8: bool = typer.Option(False, "--int8", help="dynamic INT8 Linear layers (CPU speed-up, fp32 activations)"),
@@ -227,7 +228,8 @@ def niah(
         chosen = _names(policies) or bench_niah.POLICIES
         result, paths = bench_niah.run(model, quick, out, lens, _floats(depths, "--depths"), _overrides(set_),
                                        progress=lambda m: typer.echo(m, err=True), dtype=checked_dtype(dtype),
-                                       needles=needles, policies=chosen, int8=int8, match=match)
+                                       needles=needles, policies=chosen, int8=int8, match=match,
+                                       match_total=match_total)
     except (CorpusMissingError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     _quality_output(result, paths, bench_niah.table, as_json)

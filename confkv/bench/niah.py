@@ -60,6 +60,7 @@ class NiahConfig:
     max_new_tokens: int = 10
     needles: int = 3  # trials per (length, depth) cell, each with its own passcode
     match: str = "confkv"  # the gated policy whose mean resident bytes the fixed baselines are matched to
+    match_total: bool = False  # match resident + cold-tier bytes (what one device holds), not resident alone
     seed: int = 0
     trace: bool = True
 
@@ -169,8 +170,8 @@ def run_niah(
         for name in order:
             budget = None
             if name in FIXED_BASELINES:
-                budget = byte_matched_budget(model, name, ref["ends"], ref["mean_kv_bytes"],
-                                             {**EXACT_BUDGETS, **cfg.overrides})
+                target = ref["mean_kv_bytes"] + (ref["mean_cold_bytes"] if cfg.match_total else 0.0)
+                budget = byte_matched_budget(model, name, ref["ends"], target, {**EXACT_BUDGETS, **cfg.overrides})
             t0 = time.perf_counter()
             ok, text, fp = run_cell(model, tokenizer, cell, _policy(name, cfg.overrides, cfg.prefill_chunk, budget),
                                     cfg.max_new_tokens)
@@ -227,7 +228,8 @@ def summarize(cells: list[dict], cfg: NiahConfig) -> dict:
                         for n, d in itertools.product(cfg.lengths, cfg.depths)},
         }
     return {"bench": "niah", "text": CORPUS_NAME, "lengths": list(cfg.lengths), "depths": list(cfg.depths),
-            "needles": cfg.needles, "matched_to": cfg.match, "overrides": cfg.overrides, "prefill_chunk": cfg.prefill_chunk,
+            "needles": cfg.needles, "matched_to": cfg.match, "matched_total": cfg.match_total,
+            "overrides": cfg.overrides, "prefill_chunk": cfg.prefill_chunk,
             "policies": policies, "cells": cells, "paper": PAPER["niah_accuracy"]}
 
 
@@ -286,7 +288,8 @@ def plot_trace(trace: dict, path) -> None:
 def run(model_name: str, quick: bool, out_dir, lengths: tuple[int, ...] | None = None,
         depths: tuple[float, ...] | None = None, overrides: dict[str, str] | None = None,
         progress: Progress | None = None, dtype: str | None = "auto", needles: int = 3,
-        policies: tuple[str, ...] = POLICIES, int8: bool = False, match: str = "confkv") -> tuple[dict, list]:
+        policies: tuple[str, ...] = POLICIES, int8: bool = False, match: str = "confkv",
+        match_total: bool = False) -> tuple[dict, list]:
     """The `bench niah` command: writes niah-<model>.json, a heatmap PNG and the trace PNG."""
     from confkv.bench.common import corpus_ids, load_model, save_outputs
 
@@ -296,6 +299,7 @@ def run(model_name: str, quick: bool, out_dir, lengths: tuple[int, ...] | None =
         lengths = (512, 1024) if quick else tuple(n for n in (1024, 2048, 4096, 8192, 16384, 32768) if n <= limit)
     depths = depths or ((0.0, 0.5, 1.0) if quick else (0.0, 0.25, 0.5, 0.75, 1.0))
     cfg = NiahConfig(lengths=tuple(lengths), depths=tuple(depths), policies=tuple(policies), needles=needles, match=match,
+                     match_total=match_total,
                      prefill_chunk=128 if quick else 512,
                      overrides={**(QUICK_OVERRIDES if quick else {}), **(overrides or {})}).validate()
     bos = (tokenizer.bos_token_id,) if tokenizer.bos_token_id is not None else ()
