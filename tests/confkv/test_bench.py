@@ -150,6 +150,21 @@ def test_niah_accuracy_and_matched_footprint():
     assert set(tr["budget"]) <= {32, 48}
 
 
+def test_niah_can_match_the_baselines_to_a_recall_policy_counting_its_cold_tier():
+    model, _ = tiny_model("llama")
+    tok = CharTokenizer()
+    hay = tok("And God said, Let there be light: and there was light. " * 8).input_ids
+    cfg = niah.NiahConfig(lengths=(176,), depths=(0.0,), overrides={**TINY, "cold": "256"}, prefill_chunk=16,
+                          max_new_tokens=2, needles=1, policies=("confkv-recall", "confkv-fixed"),
+                          match="confkv-recall", match_total=True, trace=False)
+    result = niah.run_niah(model, tok, hay, cfg, prefix=(1,))
+    rows = {c["policy"]: c for c in result["cells"]}
+    recall, fixed = rows["confkv-recall"], rows["confkv-fixed"]
+    assert recall["mean_cold_bytes"] > 0 and fixed["mean_cold_bytes"] == 0
+    token_bytes = memory.KVConfig.from_model(model).kept_bytes(1)
+    assert abs(fixed["mean_kv_bytes"] - (recall["mean_kv_bytes"] + recall["mean_cold_bytes"])) <= token_bytes
+
+
 def test_wilson_interval():
     lo, hi = niah.wilson(0, 9)
     assert lo == 0.0 and 0.25 < hi < 0.35  # 0/9 does not mean "never": up to ~30% is consistent with it
