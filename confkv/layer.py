@@ -2,8 +2,8 @@
 
 Storage: an INT8 store (old tokens, per-token-per-head scales) and a model-dtype store (the recent window), each a
 `SlotStore`, so kept bytes are really kept bytes. With a cold tier (`Storage.cold`), evicted slots move to a third
-store that attention never reads, from which `recall` brings slots back when the budget rises. Every slot carries its absolute position (`pos`) and the ranker's
-accumulator (`acc`). The model-dtype window is ordered and shared by all heads; the INT8 store is unordered and each
+store that attention never reads, from which `recall` brings slots back when the budget rises. Every slot carries
+its absolute position (`pos`) and the ranker's accumulator (`acc`). The model-dtype window is ordered and shared by all heads; the INT8 store is unordered and each
 KV head evicts its own tokens (same count per head, so tensors stay rectangular).
 
 The layer decides nothing: during a forward, `update()` appends the new tokens and hands attention a view; attention

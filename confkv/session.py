@@ -103,7 +103,8 @@ class ConfKVSession:
         slots (`Storage.recall_rerun`), the last token is run once more so its logits see them (the other positions'
         logits, when asked for, stay those of the first pass)."""
         logits = self._forward_once(ids, keep)
-        if self.cache.take_recalled() and self.policy.recall_rerun and ids.shape[0] == 1:
+        # (`cold` first: a policy without a cold tier never recalls, so its forwards skip the per-layer flag scan)
+        if self.policy.cold and self.policy.recall_rerun and self.cache.take_recalled() and ids.shape[0] == 1:
             if all(layer.newest_resident() for layer in self.cache.layers):
                 for layer in self.cache.layers:
                     layer.pop_newest()

@@ -9,8 +9,8 @@ L counts every token. The context is appended to a `ConfKVSession` (chunked pref
 the session does), the question as one more call, then up to `max_new_tokens` greedy tokens are decoded; a cell is
 correct iff the decoded text contains the number.
 
-Matched footprint per trial: `confkv` (or the gated policy named by `match`) runs first; `sliding`, `h2o` and `confkv-fixed` (the same ranker and INT8 with
-the gate off) each get the fixed budget whose mean resident KV bytes over the same call ends matches confkv's
+Matched footprint per trial: `confkv` (or the gated policy named by `match`) runs first; `sliding`, `h2o` and
+`confkv-fixed` (the same ranker and INT8 with the gate off) each get the fixed budget whose mean resident KV bytes over the same call ends matches confkv's
 (`common.byte_matched_budget`; H2O recent window = half its budget); `confkv-pyramid` shares the gate.
 
 The trace: one extra `confkv` run at the longest length and middle depth feeds the last `TRACE_TAIL` haystack tokens
@@ -298,9 +298,8 @@ def run(model_name: str, quick: bool, out_dir, lengths: tuple[int, ...] | None =
     if lengths is None:
         lengths = (512, 1024) if quick else tuple(n for n in (1024, 2048, 4096, 8192, 16384, 32768) if n <= limit)
     depths = depths or ((0.0, 0.5, 1.0) if quick else (0.0, 0.25, 0.5, 0.75, 1.0))
-    cfg = NiahConfig(lengths=tuple(lengths), depths=tuple(depths), policies=tuple(policies), needles=needles, match=match,
-                     match_total=match_total,
-                     prefill_chunk=128 if quick else 512,
+    cfg = NiahConfig(lengths=tuple(lengths), depths=tuple(depths), policies=tuple(policies), needles=needles,
+                     match=match, match_total=match_total, prefill_chunk=128 if quick else 512,
                      overrides={**(QUICK_OVERRIDES if quick else {}), **(overrides or {})}).validate()
     bos = (tokenizer.bos_token_id,) if tokenizer.bos_token_id is not None else ()
     haystack = corpus_ids(tokenizer, max(lengths))[len(bos):]
