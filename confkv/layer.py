@@ -74,6 +74,7 @@ class ConfKVLayer(CacheLayerMixin):
         self.evictions: list[tuple[torch.Tensor, int]] = []  # (evicted positions [B,H,k], last query pos that saw them)
         self._slot_bytes: tuple[int, int] | None = None  # bytes per slot of the model-dtype and INT8 stores
         self.pin_state: tuple[tuple, int] | None = None  # (pins, kept pinned tokens): see `policy.pinned_count`
+        self.acc_seed: torch.Tensor | float = 0.0  # what a decoded token's accumulator starts at: `Ranker.seed_value`
 
     # -- transformers CacheLayerMixin ----------------------------------------------------------------------------
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -90,7 +91,7 @@ class ConfKVLayer(CacheLayerMixin):
         hint = self.capacity_hint
         limit = None if hint is None else hint + length
         if length == 1 and self.fp.bufs:  # decode: scalar fills, no per-layer index tensors
-            self.fp.append(limit=limit, k=key_states, v=value_states, pos=self.seen, acc=0.0)
+            self.fp.append(limit=limit, k=key_states, v=value_states, pos=self.seen, acc=self.acc_seed)
         else:
             pos = torch.arange(self.seen, self.seen + length, device=key_states.device)
             self.fp.append(
@@ -122,6 +123,7 @@ class ConfKVLayer(CacheLayerMixin):
         self._slot_bytes = None
         self.pin_state = None
         self.k_channel = None
+        self.acc_seed = 0.0
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         raise NotImplementedError("Conf-KV does not support beam search (per-head eviction state is not reordered)")

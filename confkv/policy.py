@@ -289,15 +289,19 @@ class KVPolicy:
         With a cold tier, a layer below its budget (the budget rose) refills the room from it.
         No host sync on a step that does not evict (counts are kept on the host)."""
         new = layer.new_tokens
-        if new and self.evicts:  # a policy that never evicts never ranks
+        # A decoded token arrived with `layer.acc_seed` (see `Ranker.seed_value`); a chunk is seeded exactly.
+        chunk = new > 1 and self.evicts  # (a policy that never evicts never ranks)
+        if chunk:
             ranker.seed_new(layer.acc_before_new(), layer.fp.view("acc")[:, :, -new:])
         mass = layer.take_mass()
         if mass is not None:
             mass = self.kv_head_mass(mass, layer.n_kv_heads)
-            n_q8 = layer.q8.n
-            if n_q8:
-                ranker.accumulate(layer.q8.view("acc"), mass[:, :, :n_q8], new)
-            ranker.accumulate(layer.fp.view("acc"), mass[:, :, n_q8:], new)
+            if layer.q8.n:
+                q8_mass, fp_mass = mass.split([layer.q8.n, layer.fp.n], dim=-1)
+                ranker.accumulate(layer.q8.view("acc"), q8_mass, new)
+            else:
+                fp_mass = mass
+            ranker.accumulate(layer.fp.view("acc"), fp_mass, new)
         slack = self.storage.slack
         window = self.storage.int8_after
         n_pinned = pinned_count(layer, pins, new) if pins and budget is not None else 0
@@ -310,11 +314,15 @@ class KVPolicy:
                 # The budget rose (the gate opened): bring back what this forward's query looks for.
                 layer.recall(layer.q8 if window is not None else layer.fp, min(room, layer.cold.n),
                              self.storage.recall_block)
+            if chunk:
+                layer.acc_seed = _seed(ranker, layer)
             return
         self._evict(layer, ranker, budget, pins, n_pinned)
         # Keep room for the next `slack + 1` tokens; free the rest (e.g. after the gate dropped n_high -> n_low).
         fp_room = (window if window is not None else budget) + slack + 1
         layer.fit(fp_slots=fp_room, q8_slots=max(budget - layer.fp.n, 0) + slack + 1)
+        if self.evicts:
+            layer.acc_seed = _seed(ranker, layer)
 
     def _evict(self, layer: ConfKVLayer, ranker: Ranker, budget: int, pins: Spans, n_pinned: int) -> None:
         excess = layer.physical_length - budget - n_pinned
@@ -335,6 +343,12 @@ class KVPolicy:
                     f"(budget {budget}, sinks {self.protection.sinks}, protected {self.protected})"
                 )
         layer.evict(store, scores.topk(excess, dim=-1, largest=False).indices)
+
+
+def _seed(ranker: Ranker, layer: ConfKVLayer) -> torch.Tensor | float:
+    """The accumulator the layer's next decoded tokens start at (after this step's bookkeeping: no new tokens)."""
+    value = ranker.seed_value(layer.acc_before_new())
+    return 0.0 if value is None else value
 
 
 def pinned_count(layer: ConfKVLayer, pins: Spans, new: int) -> int:

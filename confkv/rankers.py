@@ -37,6 +37,11 @@ class Ranker(ABC):
         `old` is the accumulator of the tokens kept before them (None if there were none)."""
         return None
 
+    def seed_value(self, acc: torch.Tensor | None) -> torch.Tensor | None:
+        """What a decoded token's accumulator starts at, `[B, H, 1]` from the kept tokens' `acc` (None: 0). Asked
+        once per eviction pass and prefill chunk, not per decode step (see `KVPolicy.apply`)."""
+        return None
+
     def accumulate(self, acc: torch.Tensor, mass: torch.Tensor, queries: int = 1) -> torch.Tensor:
         """Fold one attention call's mass `[B, H, T]` into the accumulator in place (default: unused). `mass` is
         the mean over the call's `queries` queries (and over the KV head's GQA group)."""
@@ -53,7 +58,11 @@ class EMARanker(Ranker):
     """Conf-KV: `alpha * EMA(attention mass) + (1 - alpha) * recency`.
 
     The EMA is normalised by its per-head maximum so both terms live in [0, 1]. A new token starts at the mean EMA
-    of its head (not 0), so it is not the first to go before it had a chance to be attended (the H2O failure).
+    of its head (not 0), so it is not the first to go before it had a chance to be attended (the H2O failure): a
+    prefill chunk's tokens at the mean just before the chunk, a decoded token at the mean as of the last eviction
+    pass or chunk (at most `slack + 1` steps stale). Why stale for decode: a per-step mean was about a fifth of a
+    decode step's per-layer bookkeeping, and a decoded token sits in the protected window for `protect` steps, by
+    which time its seed has decayed by `decay ** protect` (0.9 ** 64 = 0.001).
     """
 
     alpha: float = 0.5
@@ -62,6 +71,9 @@ class EMARanker(Ranker):
     def seed_new(self, old: torch.Tensor | None, fresh: torch.Tensor) -> None:
         if old is not None and old.shape[-1] > 0:
             fresh.copy_(old.mean(dim=-1, keepdim=True).expand_as(fresh))
+
+    def seed_value(self, acc: torch.Tensor | None) -> torch.Tensor | None:
+        return None if acc is None or acc.shape[-1] == 0 else acc.mean(dim=-1, keepdim=True)
 
     def accumulate(self, acc: torch.Tensor, mass: torch.Tensor, queries: int = 1) -> torch.Tensor:
         """One EMA update per attention call (a prefill chunk's mean mass counts once, like a decode step)."""

@@ -162,45 +162,45 @@ def _row_blocks(
     pass instead of two for the mass, and no per-key position compare. `rows` bounds the score rows per block."""
     b, hq, n_q, d = q.shape
     g = hq // hkv
-    n_q8, n_keys = kv.n_int8, kv.n_keys
-    q5 = q.float().reshape(b, hkv, g, n_q, d)
-    # INT8 keys/values are dequantized once per call and joined with the model-dtype ones, so each block is one
-    # matmul for the scores and one for the output: at decode sizes the number of (tiny) matmuls is what costs, not
-    # the copy (measured on SmolLM2 shapes: ~25% faster than scaling INT8 and model-dtype scores separately).
+    bh = b * hkv
+    n_q8, n_fp, n_keys = kv.n_int8, kv.n_fp, kv.n_keys
+    # 3-D [B*Hkv, ., .] operands and `torch.bmm`: a 4-D `@` costs extra reshapes per call, and at decode sizes the
+    # number of (tiny) ops is what costs. INT8 keys/values are dequantized once per call (scales applied in place on
+    # the fresh fp32 copy) and joined with the model-dtype ones, so each block is one matmul for the scores and one
+    # for the output (measured on SmolLM2 shapes: ~25% faster than scaling INT8 and model-dtype scores separately).
+    fp_k = kv.k_fp.reshape(bh, n_fp, d).float() if n_fp else None
+    fp_v = kv.v_fp.reshape(bh, n_fp, d).float() if n_fp else None
     if n_q8:
-        k_deq = kv.k_q * kv.k_scale.float().unsqueeze(-1)
+        k_deq = torch.mul(kv.k_q.reshape(bh, n_q8, d), kv.k_scale.reshape(bh, n_q8, 1))
         if kv.k_channel is not None:
-            k_deq = k_deq * kv.k_channel.unsqueeze(2)
-        parts_k = [k_deq] + ([kv.k_fp.float()] if kv.n_fp else [])
-        parts_v = [kv.v_q * kv.v_scale.float().unsqueeze(-1)] + ([kv.v_fp.float()] if kv.n_fp else [])
-        keys = torch.cat(parts_k, dim=2) if len(parts_k) > 1 else parts_k[0]
-        values = torch.cat(parts_v, dim=2) if len(parts_v) > 1 else parts_v[0]
+            k_deq.mul_(kv.k_channel.reshape(bh, 1, d))
+        v_deq = torch.mul(kv.v_q.reshape(bh, n_q8, d), kv.v_scale.reshape(bh, n_q8, 1))
+        keys = torch.cat([k_deq, fp_k], dim=1) if n_fp else k_deq
+        values = torch.cat([v_deq, fp_v], dim=1) if n_fp else v_deq
     else:
-        keys, values = kv.k_fp.float(), kv.v_fp.float()
-    keys_t = keys.transpose(-1, -2)
+        keys, values = fp_k, fp_v
+    keys_t = keys.transpose(1, 2)
+    q4 = q.float().reshape(bh, g, n_q, d)
     step = max(1, rows // g)
-    single = step >= n_q
-    out5 = None if single else torch.empty(b, hkv, g, n_q, d, device=q.device)
+    if step >= n_q and n_q == 1:  # a decode step: one row per query head
+        p = torch.softmax(torch.bmm(q4.view(bh, g, d) * scale, keys_t), dim=-1)
+        out = torch.bmm(p, values).view(b, hq, 1, d).to(q.dtype)
+        return out, (p.view(b, hq, n_keys) if return_mass else None)
+    out4 = torch.empty(bh, g, n_q, d, device=q.device)
     mass = None
     for l0 in range(0, n_q, step):
         l1 = min(n_q, l0 + step)
-        qb = (q5 if single else q5[:, :, :, l0:l1]).reshape(b, hkv, g * (l1 - l0), d) * scale
-        s = qb @ keys_t
+        n = l1 - l0
+        s = torch.bmm(q4[:, :, l0:l1].reshape(bh, g * n, d) * scale, keys_t)
         if causal_tail > 1 and l0 + 1 < n_q:  # query l sees tail key j iff j <= l
-            hide = torch.ones(l1 - l0, causal_tail, dtype=torch.bool, device=q.device).triu(diagonal=l0 + 1)
-            s.view(b, hkv, g, l1 - l0, n_keys)[..., n_keys - causal_tail :].masked_fill_(hide, float("-inf"))
+            hide = torch.ones(n, causal_tail, dtype=torch.bool, device=q.device).triu(diagonal=l0 + 1)
+            s.view(bh, g, n, n_keys)[..., n_keys - causal_tail :].masked_fill_(hide, float("-inf"))
         p = torch.softmax(s, dim=-1)
-        o = p @ values
-        if single:
-            out5 = o
-        else:
-            out5[:, :, :, l0:l1] = o.view(b, hkv, g, l1 - l0, d)
+        out4[:, :, l0:l1] = torch.bmm(p, values).view(bh, g, n, d)
         if return_mass:
-            part = p if n_q == 1 else p.view(b, hkv, g, l1 - l0, n_keys).sum(dim=3)
+            part = p.view(bh, g, n, n_keys).sum(dim=2)
             mass = part if mass is None else mass.add_(part)
-    out = out5.reshape(b, hq, n_q, d).to(q.dtype)
+    out = out4.reshape(b, hq, n_q, d).to(q.dtype)
     if not return_mass:
         return out, None
-    if n_q > 1:
-        mass = mass.div_(n_q)
-    return out, mass.reshape(b, hq, n_keys)
+    return out, mass.div_(n_q).reshape(b, hq, n_keys)

@@ -149,3 +149,19 @@ def test_overrides_are_typed_and_bad_input_is_a_clear_error() -> None:
         parse_overrides(["n_low"])
     with pytest.raises(PolicyError, match="leaves no room"):
         get_policy("sliding", {"budget": "3"})
+
+
+def test_confidence_matches_the_softmax_formula_term_by_term() -> None:
+    """The shifted-logit computation equals the formula written with softmax, entropy and the top-2 log-probs,
+    ties for the top (margin 0) and masked logits included."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(4, 2000, generator=gen) * torch.tensor([[0.5], [3.0], [20.0], [1.0]])
+    logits[3, :2] = logits[3].max() + 1.0  # two tokens tie for the top
+    logits[1, :50] = float("-inf")
+    logp = torch.log_softmax(logits, -1)
+    p = logp.exp()
+    entropy = -(p * logp).nan_to_num(0.0).sum(-1)
+    top = logp.topk(2, dim=-1).values
+    expected = 0.4 * (1 - entropy / math.log(2000)) + 0.3 * torch.sigmoid(top[:, 0] - top[:, 1]) + 0.3 * p.amax(-1)
+    torch.testing.assert_close(confidence(logits), expected, atol=1e-5, rtol=0)
+    assert confidence(logits[3]).item() == pytest.approx(expected[3].item(), abs=1e-5)
