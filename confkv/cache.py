@@ -139,9 +139,8 @@ class ConfKVCache(Cache):
         self._decide(conf)
         budgets = self._layer_budgets
         for i, layer in enumerate(self.layers):
-            budget = None if budgets is None else budgets[i]
-            layer.capacity_hint = None if budget is None else budget + self.policy.slack
-            self.policy.apply(layer, self.rankers[i], budget, self.pins)
+            layer.capacity_hint = None if budgets is None else budgets[i] + self.policy.slack
+        self.policy.apply_all(self.layers, self.rankers, budgets, self.pins)
         self.bookkeeping_s += time.perf_counter() - t0
 
     def take_recalled(self) -> bool:

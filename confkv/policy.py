@@ -283,25 +283,43 @@ class KVPolicy:
         return (pos < self.protection.sinks) | (pos > now - self.protected) | pinned_mask(pos, pins)
 
     def apply(self, layer: ConfKVLayer, ranker: Ranker, budget: int | None, pins: Spans) -> None:
-        """One layer's eviction step after a forward: seed and fold the ranker's accumulators; once the layer is more
-        than `slack` tokens over its budget (or its model-dtype window `slack` over `int8_after`), quantize what fell
-        out of the window and evict down to `budget` (+ pinned tokens, which sit outside it), then shrink storage.
-        With a cold tier, a layer below its budget (the budget rose) refills the room from it.
-        No host sync on a step that does not evict (counts are kept on the host)."""
+        """One layer's eviction step after a forward: `fold` then `settle` (`apply_all` does every layer at once)."""
         new = layer.new_tokens
-        # A decoded token arrived with `layer.acc_seed` (see `Ranker.seed_value`); a chunk is seeded exactly.
-        chunk = new > 1 and self.evicts  # (a policy that never evicts never ranks)
-        if chunk:
+        ranker.accumulate_all(self.fold(layer, ranker), new)
+        self.settle(layer, ranker, budget, pins, new)
+
+    def apply_all(self, layers: list[ConfKVLayer], rankers: list[Ranker], budgets: list[int] | None,
+                  pins: Spans) -> None:
+        """`apply` on every layer, with the accumulator updates of all layers in one call (`Ranker.accumulate_all`):
+        on a decode step that evicts nothing, they are most of the per-layer work."""
+        news = [layer.new_tokens for layer in layers]
+        pairs = [pair for layer, ranker in zip(layers, rankers, strict=True) for pair in self.fold(layer, ranker)]
+        if pairs:
+            rankers[0].accumulate_all(pairs, news[0])  # same ranker class and parameters in every layer
+        for i, layer in enumerate(layers):
+            self.settle(layer, rankers[i], None if budgets is None else budgets[i], pins, news[i])
+
+    def fold(self, layer: ConfKVLayer, ranker: Ranker) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Seed a chunk's new tokens and consume the forward's mass: the (accumulator, KV-head mass) pairs still to
+        fold, one per store (a decoded token arrived with `layer.acc_seed`, see `Ranker.seed_value`)."""
+        new = layer.new_tokens
+        if new > 1 and self.evicts:  # (a policy that never evicts never ranks)
             ranker.seed_new(layer.acc_before_new(), layer.fp.view("acc")[:, :, -new:])
         mass = layer.take_mass()
-        if mass is not None:
-            mass = self.kv_head_mass(mass, layer.n_kv_heads)
-            if layer.q8.n:
-                q8_mass, fp_mass = mass.split([layer.q8.n, layer.fp.n], dim=-1)
-                ranker.accumulate(layer.q8.view("acc"), q8_mass, new)
-            else:
-                fp_mass = mass
-            ranker.accumulate(layer.fp.view("acc"), fp_mass, new)
+        if mass is None:
+            return []
+        mass = self.kv_head_mass(mass, layer.n_kv_heads)
+        if not layer.q8.n:
+            return [(layer.fp.view("acc"), mass)]
+        q8_mass, fp_mass = mass.split([layer.q8.n, layer.fp.n], dim=-1)
+        return [(layer.q8.view("acc"), q8_mass), (layer.fp.view("acc"), fp_mass)]
+
+    def settle(self, layer: ConfKVLayer, ranker: Ranker, budget: int | None, pins: Spans, new: int) -> None:
+        """After the fold: once the layer is more than `slack` tokens over its budget (or its model-dtype window
+        `slack` over `int8_after`), quantize what fell out of the window and evict down to `budget` (+ pinned
+        tokens, which sit outside it), then shrink storage. With a cold tier, a layer below its budget (the budget
+        rose) refills the room from it. No host sync on a step that does not evict (counts are kept on the host)."""
+        chunk = new > 1 and self.evicts
         slack = self.storage.slack
         window = self.storage.int8_after
         n_pinned = pinned_count(layer, pins, new) if pins and budget is not None else 0

@@ -47,6 +47,12 @@ class Ranker(ABC):
         the mean over the call's `queries` queries (and over the KV head's GQA group)."""
         return acc
 
+    def accumulate_all(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], queries: int = 1) -> None:
+        """`accumulate` over many (acc, mass) pairs, e.g. every store of every layer after one forward; rankers with
+        an elementwise update override it with one `torch._foreach_*` call (per-op dispatch is the decode cost)."""
+        for acc, mass in pairs:
+            self.accumulate(acc, mass, queries)
+
     @abstractmethod
     def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int, protected: torch.Tensor | None = None) -> torch.Tensor:
         """Scores `[B, H, T]`; `protected` marks slots that are never evicted (their scores are ignored), so
@@ -79,6 +85,10 @@ class EMARanker(Ranker):
         """One EMA update per attention call (a prefill chunk's mean mass counts once, like a decode step)."""
         return acc.lerp_(mass, 1.0 - self.decay)
 
+    def accumulate_all(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], queries: int = 1) -> None:
+        if pairs:
+            torch._foreach_lerp_([a for a, _ in pairs], [m for _, m in pairs], 1.0 - self.decay)
+
     def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int, protected: torch.Tensor | None = None) -> torch.Tensor:
         # Normalised over the evictable slots: the sinks draw most of the mass, and dividing by their EMA would
         # squash every candidate's EMA term towards 0 and leave recency to decide alone.
@@ -101,6 +111,10 @@ class H2ORanker(Ranker):
 
     def accumulate(self, acc: torch.Tensor, mass: torch.Tensor, queries: int = 1) -> torch.Tensor:
         return acc.add_(mass, alpha=float(queries))
+
+    def accumulate_all(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], queries: int = 1) -> None:
+        if pairs:
+            torch._foreach_add_([a for a, _ in pairs], [m for _, m in pairs], alpha=float(queries))
 
     def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int, protected: torch.Tensor | None = None) -> torch.Tensor:
         return acc

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
@@ -28,8 +29,7 @@ def main() -> None:
         runs = {r["id"]: r for r in store.runs() if r["id"] in args.run}
     by_key: dict[tuple[str, int], dict[str, int]] = defaultdict(dict)
     for row in rows:
-        _, name, seed = str(row["task_id"]).split("/")
-        by_key[(name, int(seed))][row["policy"]] = int(row["success"] or 0)
+        by_key[_key(row)][row["policy"]] = int(row["success"] or 0)
     policies = sorted({r["policy"] for r in runs.values()}, key=lambda p: (p != "full", p))
     complete = {k: v for k, v in by_key.items() if all(p in v for p in policies)}
     tasks: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
@@ -46,6 +46,16 @@ def main() -> None:
             totals[p] += sum(per[p])
     n_all = len(complete)
     print(f"| **all** | {n_all} (task, seed) | " + " | ".join(f"**{totals[p]}/{n_all}**" for p in policies) + " |")
+    done = {(name, seed) for name, seed in complete}
+    for p in policies:
+        mine = [r for r in rows if r["policy"] == p and _key(r) in done]
+        ratios = [r["peak_kv_bytes"] / r["full_kv_bytes"] for r in mine if r["peak_kv_bytes"] and r["full_kv_bytes"]]
+        steps = sorted(int(r["steps"] or 0) for r in mine)
+        walls = sorted(float(r["wall_s"] or 0) for r in mine)
+        if mine:
+            print(f"{p}: peak KV / full {statistics.mean(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f}); "
+                  f"steps median {statistics.median(steps)}, mean {statistics.mean(steps):.1f}; "
+                  f"episode wall median {statistics.median(walls):.0f} s")
     if args.out:
         payload = {
             "db": str(args.db), "runs": {str(k): {"model": r["model"], "policy": r["policy"],
@@ -57,6 +67,11 @@ def main() -> None:
         }  # fmt: skip
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def _key(row) -> tuple[str, int]:
+    _, name, seed = str(row["task_id"]).split("/")
+    return name, int(seed)
 
 
 if __name__ == "__main__":

@@ -58,16 +58,24 @@ def test_eviction_runs_once_per_forward_after_every_layer(monkeypatch: pytest.Mo
     model, vocab = tiny_model("gpt2", num_hidden_layers=3)
     session = ConfKVSession(model, get_policy("sliding", {**SMALL, "budget": "16"}))
     calls: list[tuple[int, bool]] = []
-    original = KVPolicy.apply
+    order: list[str] = []
+    fold, settle = KVPolicy.fold, KVPolicy.settle
 
-    def spy(self, layer, ranker, budget, pins):
+    def spy_fold(self, layer, ranker):
         calls.append((layer.layer_idx, all(other.new_tokens for other in session.cache.layers)))
-        return original(self, layer, ranker, budget, pins)
+        order.append("fold")
+        return fold(self, layer, ranker)
 
-    monkeypatch.setattr(KVPolicy, "apply", spy)
+    def spy_settle(self, layer, *args):
+        order.append("settle")
+        return settle(self, layer, *args)
+
+    monkeypatch.setattr(KVPolicy, "fold", spy_fold)
+    monkeypatch.setattr(KVPolicy, "settle", spy_settle)
     session.append(torch.randint(0, vocab, (1, 20), generator=torch.Generator().manual_seed(13)))  # 2 chunks
     session.step(5)
     assert [i for i, _ in calls] == [0, 1, 2] * 3
+    assert order == (["fold"] * 3 + ["settle"] * 3) * 3, "every layer's mass is folded before any layer evicts"
     assert [ready for i, ready in calls if i == 0] == [True] * 3, "layer 0 evicts only after the last layer ran"
 
 
