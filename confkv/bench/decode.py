@@ -1,9 +1,10 @@
 """`bench decode`: decode speed after long contexts for plain transformers, our `full`, and `confkv`, side by side.
 
-Protocol: for each context length, each variant prefills the same token ids (Conf-KV prefills in chunks with eviction
-in between), then decodes `steps` tokens teacher-forced from the same ids (rounded up to two or more whole
-eviction cycles of the policy's `slack`, see `whole_cycles`). Variants are interleaved per repeat so
-machine noise hits all of them alike; the per-step figure is the median over repeats of the mean step time.
+Protocol: for each context length and repeat, each variant prefills the same token ids (Conf-KV prefills in chunks
+with eviction in between), then all three decode `steps` tokens teacher-forced from the same ids (rounded up to two
+or more whole eviction cycles of the policy's `slack`, see `whole_cycles`), one step of each variant in turn, so
+machine noise (a shared 2-core VM drifts by 10% between minutes) hits all of them alike; the per-step figure is the
+median over repeats of the mean step time.
 The policy's own bookkeeping (EMA, INT8 migration, ranking, compaction, and the confidence of each step) is timed
 inside the cache and session and reported as a share of the step. Attention-mass output is part of the attention
 call and is not separated here (see `bench kernel` for its cost).
@@ -46,38 +47,45 @@ def _clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def _plain(model, ids: torch.Tensor, steps: int) -> tuple[float, int, int]:
-    cache = DynamicCache(config=model.config)
-    device = next(model.parameters()).device
-    ids = ids.to(device)
-    with torch.no_grad():
-        model(ids, cache=cache, use_cache=True, logits_to_keep=1)
-        start = ids.shape[1]
-        t0 = _clock(device)
-        for i in range(steps):
-            tok = ids[:, i : i + 1]
-            model(tok, cache=cache, use_cache=True, position_ids=torch.tensor([[start + i]], device=device))
-        dt = _clock(device) - t0
-    kv = sum(layer.keys.numel() * layer.keys.element_size() * 2 for layer in cache.layers)
-    return dt / steps, cache.get_seq_length(), kv
+class _Plain:
+    """transformers' own `DynamicCache` decode: the baseline every ratio is against."""
+
+    def __init__(self, model, ids: torch.Tensor) -> None:
+        self.model, self.device = model, next(model.parameters()).device
+        self.cache = DynamicCache(config=model.config)
+        self.pos = ids.shape[1]
+        with torch.no_grad():
+            model(ids.to(self.device), cache=self.cache, use_cache=True, logits_to_keep=1)
+
+    def step(self, tok: int) -> None:
+        with torch.no_grad():
+            self.model(torch.tensor([[tok]], device=self.device), cache=self.cache, use_cache=True,
+                       position_ids=torch.tensor([[self.pos]], device=self.device))
+        self.pos += 1
+
+    def figures(self) -> tuple[None, int, int, None]:
+        kv = sum(layer.keys.numel() * layer.keys.element_size() * 2 for layer in self.cache.layers)
+        return None, self.cache.get_seq_length(), kv, None
 
 
-def _ours(model, ids: torch.Tensor, steps: int, policy) -> tuple[float, float, int, int, float, float | None]:
-    session = ConfKVSession(model, policy)
-    device = session.device
-    tokens = ids[0, :steps].tolist()
-    t0 = _clock(device)
-    session.append(ids)
-    prefill_s = _clock(device) - t0
-    session.cache.bookkeeping_s = 0.0
-    t0 = _clock(device)
-    for tok in tokens:
-        session.step(tok)
-    dt = _clock(device) - t0
-    book = session.cache.bookkeeping_s
-    mem = session.cache.memory()
-    kept = round(sum(mem.kept_tokens) / len(mem.kept_tokens))
-    return dt / steps, book / dt, kept, mem.kv_bytes, ids.shape[1] / prefill_s, session.cache.gate_open_rate
+class _Ours:
+    """A `ConfKVSession` with one policy; its prefill (chunked, eviction between chunks) is timed."""
+
+    def __init__(self, model, ids: torch.Tensor, policy) -> None:
+        self.session = ConfKVSession(model, policy)
+        t0 = _clock(self.session.device)
+        self.session.append(ids)
+        self.prefill_tok_s = ids.shape[1] / (_clock(self.session.device) - t0)
+        self.session.cache.bookkeeping_s = 0.0
+
+    def step(self, tok: int) -> None:
+        self.session.step(tok)
+
+    def figures(self) -> tuple[float, int, int, float | None]:
+        """(bookkeeping seconds, mean kept tokens, KV bytes, gate-open rate)."""
+        cache = self.session.cache
+        mem = cache.memory()
+        return cache.bookkeeping_s, round(sum(mem.kept_tokens) / len(mem.kept_tokens)), mem.kv_bytes, cache.gate_open_rate
 
 
 def whole_cycles(steps: int, slack: int) -> int:
@@ -101,14 +109,20 @@ def run_decode_bench(
         prefill: dict[str, list[float]] = {"full": [], "confkv": []}
         extra: dict[str, tuple] = {}
         for _ in range(repeats):
-            step_s, kept, kv = _plain(model, ids, steps)
-            samples["plain"].append(step_s)
-            extra["plain"] = (None, kept, kv, None)
-            for name, pol in policies.items():
-                step_s, share, kept, kv, tok_s, gate = _ours(model, ids, steps, pol)
-                samples[name].append(step_s)
-                prefill[name].append(tok_s)
-                extra[name] = (share, kept, kv, gate)
+            runs = {"plain": _Plain(model, ids)} | {name: _Ours(model, ids, pol) for name, pol in policies.items()}
+            spent = dict.fromkeys(runs, 0.0)
+            device = runs["plain"].device
+            for tok in ids[0, :steps].tolist():  # one step of each variant in turn: noise hits all of them alike
+                for name, run in runs.items():
+                    t0 = _clock(device)
+                    run.step(tok)
+                    spent[name] += _clock(device) - t0
+            for name, run in runs.items():
+                samples[name].append(spent[name] / steps)
+                book, kept, kv, gate = run.figures()
+                extra[name] = (None if book is None else book / spent[name], kept, kv, gate)
+                if name in prefill:
+                    prefill[name].append(run.prefill_tok_s)
         for name, vals in samples.items():
             med = statistics.median(vals)
             share, kept, kv, gate = extra[name]
