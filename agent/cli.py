@@ -18,6 +18,8 @@ import sys
 
 import typer
 
+from agent.allocator import tune_cpu_allocator
+
 app = typer.Typer(
     name="confkv-agent",
     help="Confidence-gated KV cache (Conf-KV) for long-horizon web agents.",
@@ -68,6 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     for sig, usual in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
         if signal.getsignal(sig) is usual:  # an ignored signal (nohup, background job) stays ignored
             signal.signal(sig, _on_signal)
+    tune_cpu_allocator()  # before any command allocates (see agent.allocator)
     try:
         code = app(args=args, prog_name="confkv-agent", standalone_mode=False)
     except (typer.Abort, KeyboardInterrupt):

@@ -44,6 +44,7 @@ def kernel(
     head_dim: int = typer.Option(128, min=1),
     recent: int = typer.Option(128, min=0, help="tokens kept in the model dtype in the INT8 variant"),
     iters: int = typer.Option(20, min=1),
+    compile_: bool = typer.Option(False, "--compile", help="also time torch.compile of the INT8+mass call (slow to build)"),
     as_json: bool = typer.Option(False, "--json", help="print the full report as JSON"),
 ) -> None:
     """Decode attention (q_len=1): our kernel vs SDPA over an equal full cache, INT8 on/off, mass on/off."""
@@ -54,7 +55,7 @@ def kernel(
     on_gpu = torch.cuda.is_available()
     cfg = KernelBenchConfig(
         lengths=_parse_lengths(lengths or (GPU_DEFAULT_LENGTHS if on_gpu else CPU_DEFAULT_LENGTHS)),
-        batch=batch, heads=heads, kv_heads=kv_heads, head_dim=head_dim, recent=recent, iters=iters,
+        batch=batch, heads=heads, kv_heads=kv_heads, head_dim=head_dim, recent=recent, iters=iters, compile=compile_,
     )
     try:
         report = run_kernel_bench(cfg)

@@ -39,6 +39,7 @@ class KernelBenchConfig:
     warmup: int = 3
     dtype: torch.dtype | None = None  # default: fp16 on CUDA, fp32 on CPU (CPU fp16 matmuls are emulated)
     device: str | None = None  # default: cuda if available
+    compile: bool = False  # also time `torch.compile(dynamic=True)` of the INT8+mass call (minutes to compile on CPU)
 
 
 @dataclass
@@ -85,6 +86,22 @@ def _timer(device: torch.device) -> Callable[[Callable[[int], object], int, int]
         return statistics.median(times)
 
     return run
+
+
+_COMPILED: list = []  # one compiled callable per process: dynamic shapes, so lengths do not recompile
+
+
+def _compiled_row(q, caches, length, variant, nbytes, sdpa_ms, timer, cfg) -> BenchRow:
+    """The same INT8+mass call through `torch.compile` (inductor; C++ on CPU, Triton on CUDA). Why measure it: the
+    decode step is many small ops, which is what fusion is for; the first call compiles (not timed)."""
+    if not _COMPILED:
+        _COMPILED.append(torch.compile(lambda q, kv: segmented_attention(q, kv, None, None, True), dynamic=True))
+    fn = _COMPILED[0]
+    want, want_mass = segmented_attention(q, caches[0], None, None, True)
+    got, got_mass = fn(q, caches[0])
+    err = max((got.float() - want.float()).abs().max().item(), (got_mass - want_mass).abs().max().item())
+    ms = timer(lambda i: fn(q, caches[i % len(caches)]), cfg.iters, cfg.warmup)
+    return BenchRow(length, variant + "+mass compiled", "inductor", ms, nbytes, nbytes / ms / 1e6, sdpa_ms / ms, err)
 
 
 def copy_bandwidth_gbps(device: torch.device, n_bytes: int = 1 << 30, iters: int = 10) -> float:
@@ -143,6 +160,8 @@ def run_kernel_bench(cfg: KernelBenchConfig) -> dict:
                 )
                 name = variant + ("+mass" if with_mass else "")
                 rows.append(BenchRow(length, name, backend, ms, nbytes, nbytes / ms / 1e6, sdpa_ms / ms, err))
+            if cfg.compile and n_int8:
+                rows.append(_compiled_row(q, caches, length, variant, nbytes, sdpa_ms, timer, cfg))
             del caches
         del dense
     if backend == "reference":
@@ -176,6 +195,9 @@ def summarize(report: dict) -> list[str]:
             f"mass overhead fp {100 * (fp_m['ms'] / fp['ms'] - 1):+.0f}% int8 {100 * (q8_m['ms'] / q8['ms'] - 1):+.0f}%",
             f"vs sdpa fp {fp['speedup_vs_sdpa']:.2f}x int8 {q8['speedup_vs_sdpa']:.2f}x",
         ]
+        compiled = by.get((length, "ours-int8+mass compiled"))
+        if compiled:
+            parts.append(f"torch.compile int8+mass {q8_m['ms'] / compiled['ms']:.2f}x eager")
         if report["copy_gbps"]:
             parts.append(f"fp {100 * fp['gbps'] / report['copy_gbps']:.0f}% / int8 {100 * q8['gbps'] / report['copy_gbps']:.0f}% of copy BW")
         lines.append(", ".join(parts))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 
 import pytest
 import torch
@@ -321,3 +322,18 @@ def test_channel_scaled_keys_match_the_oracle(backend: str) -> None:
             out, mass = reference_attention(q, kv, pos, 0.3, True)
         torch.testing.assert_close(out, want[0].float(), atol=2e-4, rtol=0)
         torch.testing.assert_close(mass, want[1].float(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="torch.compile on CPU needs a C++ compiler (inductor)")
+def test_bench_kernel_times_the_compiled_call_and_checks_it_against_eager():
+    """`bench kernel --compile`: a compiled row per INT8 length, its error against the eager call, and the ratio."""
+    from confkv.bench.kernel import KernelBenchConfig, run_kernel_bench, summarize
+
+    cfg = KernelBenchConfig(lengths=(40, 57), heads=4, kv_heads=2, head_dim=16, recent=8, iters=2, warmup=1,
+                            device="cpu", compile=True)
+    report = run_kernel_bench(cfg)
+    compiled = [r for r in report["rows"] if r["variant"].endswith("compiled")]
+    assert [r["length"] for r in compiled] == [40, 57] and all(r["backend"] == "inductor" for r in compiled)
+    assert max(r["max_abs_err"] for r in compiled) < 1e-4
+    assert "torch.compile int8+mass" in summarize(report)[0]
