@@ -65,6 +65,7 @@ class ConfKVCache(Cache):
         self.gate_decisions = 0  # forwards whose confidence a gated schedule judged
         self.gate_opens = 0  # ... and how many of them it answered above n_low
         self.bookkeeping_s = 0.0  # time in end_forward (confidence, ranking, migration, compaction): for benchmarks
+        self.fold_mass = True  # False while the session reruns a token: its position's mass was folded already
         wants_mass = self.policy.wants_mass
         layers = [
             ConfKVLayer(i, wants_mass, self.policy.evicts, record_evictions, on_update=self._check_attached,
@@ -140,7 +141,7 @@ class ConfKVCache(Cache):
         budgets = self._layer_budgets
         for i, layer in enumerate(self.layers):
             layer.capacity_hint = None if budgets is None else budgets[i] + self.policy.slack
-        self.policy.apply_all(self.layers, self.rankers, budgets, self.pins)
+        self.policy.apply_all(self.layers, self.rankers, budgets, self.pins, fold_mass=self.fold_mass)
         self.bookkeeping_s += time.perf_counter() - t0
 
     def take_recalled(self) -> bool:

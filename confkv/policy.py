@@ -289,12 +289,13 @@ class KVPolicy:
         self.settle(layer, ranker, budget, pins, new)
 
     def apply_all(self, layers: list[ConfKVLayer], rankers: list[Ranker], budgets: list[int] | None,
-                  pins: Spans) -> None:
+                  pins: Spans, fold_mass: bool = True) -> None:
         """`apply` on every layer, with the accumulator updates of all layers in one call (`Ranker.accumulate_all`):
-        on a decode step that evicts nothing, they are most of the per-layer work."""
+        on a decode step that evicts nothing, they are most of the per-layer work. `fold_mass=False` consumes the
+        forward's mass without folding it (a rerun of a position whose mass was folded already)."""
         news = [layer.new_tokens for layer in layers]
         pairs = [pair for layer, ranker in zip(layers, rankers, strict=True) for pair in self.fold(layer, ranker)]
-        if pairs:
+        if pairs and fold_mass:
             rankers[0].accumulate_all(pairs, news[0])  # same ranker class and parameters in every layer
         for i, layer in enumerate(layers):
             self.settle(layer, rankers[i], None if budgets is None else budgets[i], pins, news[i])

@@ -101,14 +101,19 @@ class ConfKVSession:
     def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
         """One forward; the cache evicts at its end (`ConfKVCache.end_forward`). If that eviction step recalled cold
         slots (`Storage.recall_rerun`), the last token is run once more so its logits see them (the other positions'
-        logits, when asked for, stay those of the first pass)."""
+        logits, when asked for, stay those of the first pass; the rankers fold that position's mass once, from the
+        first pass)."""
         logits = self._forward_once(ids, keep)
         # (`cold` first: a policy without a cold tier never recalls, so its forwards skip the per-layer flag scan)
         if self.policy.cold and self.policy.recall_rerun and self.cache.take_recalled() and ids.shape[0] == 1:
             if all(layer.newest_resident() for layer in self.cache.layers):
                 for layer in self.cache.layers:
                     layer.pop_newest()
-                logits = torch.cat([logits[:, :-1], self._forward_once(ids[:, -1:], 1)], dim=1)
+                self.cache.fold_mass = False  # the first pass folded this position's mass: once per position
+                try:
+                    logits = torch.cat([logits[:, :-1], self._forward_once(ids[:, -1:], 1)], dim=1)
+                finally:
+                    self.cache.fold_mass = True
                 self.cache.take_recalled()  # a recall at the end of the rerun itself is not rerun again
         return logits
 

@@ -121,3 +121,22 @@ def test_chunk_confidence_last_judges_the_final_position_alone() -> None:
     assert float(last) < 0.5 < float(mean)  # averaged, the flat position would not open a tau = 0.5 gate
     with pytest.raises(ValueError, match="chunk_confidence"):
         get_policy("confkv", {"chunk_confidence": "median"})
+
+
+@pytest.mark.parametrize("rerun", ["true", "false"])
+def test_a_rerun_folds_its_position_s_mass_once(rerun: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One accumulator update per forward the caller asked for: the rerun of a recalling token is not a second EMA
+    step (every slot would decay twice for one position)."""
+    from confkv.rankers import EMARanker
+
+    folds = []
+    original = EMARanker.accumulate_all
+    monkeypatch.setattr(EMARanker, "accumulate_all", lambda self, pairs, queries=1: folds.append(queries)
+                        or original(self, pairs, queries))
+    model, vocab = tiny_model("llama")
+    ids = torch.randint(0, vocab, (1, 56), generator=torch.Generator().manual_seed(5))
+    policy = get_policy("confkv", {**SMALL, "int8_after": "none", "cold": "64", "recall_rerun": rerun})
+    session, _ = _forced_run(model, ids, policy, low_until=40)
+    assert all(layer.recalls for layer in session.cache.layers), "the test must recall"
+    chunks = [s for s in session.stats.steps if s.kind == "prefill"]
+    assert len(folds) == len(chunks) + session.stats.decoded_tokens
