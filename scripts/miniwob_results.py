@@ -14,6 +14,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from confkv.bench.niah import wilson
 from traces.store import TraceStore
 from traces.summary import final_attempts
 
@@ -46,6 +47,13 @@ def main() -> None:
             totals[p] += sum(per[p])
     n_all = len(complete)
     print(f"| **all** | {n_all} (task, seed) | " + " | ".join(f"**{totals[p]}/{n_all}**" for p in policies) + " |")
+    for p in policies:
+        lo, hi = wilson(totals[p], n_all)
+        print(f"{p}: {totals[p]}/{n_all} = {totals[p] / max(n_all, 1):.0%} (Wilson 95% {lo:.0%}-{hi:.0%})")
+    for p in policies[1:]:
+        wins = sum(v[p] > v[policies[0]] for v in complete.values())
+        losses = sum(v[p] < v[policies[0]] for v in complete.values())
+        print(f"{p} vs {policies[0]}, paired by (task, seed): {wins} won, {losses} lost, {n_all - wins - losses} tied")
     done = {(name, seed) for name, seed in complete}
     for p in policies:
         mine = [r for r in rows if r["policy"] == p and _key(r) in done]
