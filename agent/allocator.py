@@ -12,7 +12,6 @@ This is what PyTorch's CPU tuning guides get from tcmalloc or jemalloc, with no 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -28,12 +27,8 @@ def tune_cpu_allocator() -> bool:
     off Linux/glibc, or with `CONFKV_TUNE_MALLOC=0`. The `confkv-agent` CLI calls it at start; library users may."""
     if os.environ.get(OPT_OUT, "1") == "0" or not sys.platform.startswith("linux"):
         return False
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+    try:  # the process's own symbols: no `find_library`, which runs `ldconfig` in a subprocess on every CLI start
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # musl and other libcs have no mallopt
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

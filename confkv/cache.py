@@ -8,7 +8,7 @@ Creating a cache does not touch the model. `attach(model, cache)` switches the m
 implementation (see `confkv.attention`) and installs one forward hook on the model; on exit both are undone, so
 plain forwards work again. The hook calls `end_forward(logits)` once per forward, after the last layer: the
 forward's confidence decides the budget (so the budget from step t's logits governs what is kept right after step
-t), and the policy (`KVPolicy.apply`) evicts layer by layer. The cache keeps exact memory accounting: live KV bytes,
+t), and the policy (`KVPolicy.apply_all`) evicts layer by layer. The cache keeps exact memory accounting: live KV bytes,
 their peak (reached after the layers' updates, before eviction), and the bytes a full cache of the run would hold.
 """
 

@@ -8,7 +8,7 @@ KV head evicts its own tokens (same count per head, so tensors stay rectangular)
 
 The layer decides nothing: during a forward, `update()` appends the new tokens and hands attention a view; attention
 (`confkv.attention`) leaves the call's per-key mass in `mass`; after the last layer, the policy
-(`KVPolicy.apply`, driven by `ConfKVCache.end_forward`) folds the mass, and tells the layer what to quantize
+(`KVPolicy.apply_all`, driven by `ConfKVCache.end_forward`) folds the mass, and tells the layer what to quantize
 (`quantize_oldest`) and evict (`evict`). `get_seq_length()` is the logical length (tokens seen), which keeps default
 position ids absolute.
 """

@@ -6,8 +6,8 @@ A policy is gate x ranker x protection x storage (kvpress-style: small dataclass
 see `confkv.policies`). It owns every decision of one eviction step: the budget (confidence -> tokens per layer),
 the per-KV-head mass (GQA reduction), the ranking, and protection (sinks, the recent window, pinned spans).
 Storage (`confkv.layer`, `confkv.slots`) only appends, removes and quantizes the slots it is told to; attention
-(`confkv.attention`) only computes outputs and per-key mass. `ConfKVCache.end_forward` calls `KVPolicy.apply` for
-every layer once per forward, after the last layer, with the budget decided from that forward's logits.
+(`confkv.attention`) only computes outputs and per-key mass. `ConfKVCache.end_forward` calls `KVPolicy.apply_all`
+(every layer) once per forward, after the last layer, with the budget decided from that forward's logits.
 
 Override keys (`--set key=value`) are the field names of the parts; they form one flat namespace, so
 `policy.n_low` reads `policy.gate.n_low`.
@@ -282,16 +282,11 @@ class KVPolicy:
         """True where a slot may not be evicted: sinks, the recent window, pinned spans."""
         return (pos < self.protection.sinks) | (pos > now - self.protected) | pinned_mask(pos, pins)
 
-    def apply(self, layer: ConfKVLayer, ranker: Ranker, budget: int | None, pins: Spans) -> None:
-        """One layer's eviction step after a forward: `fold` then `settle` (`apply_all` does every layer at once)."""
-        new = layer.new_tokens
-        ranker.accumulate_all(self.fold(layer, ranker), new)
-        self.settle(layer, ranker, budget, pins, new)
-
     def apply_all(self, layers: list[ConfKVLayer], rankers: list[Ranker], budgets: list[int] | None,
                   pins: Spans, fold_mass: bool = True) -> None:
-        """`apply` on every layer, with the accumulator updates of all layers in one call (`Ranker.accumulate_all`):
-        on a decode step that evicts nothing, they are most of the per-layer work. `fold_mass=False` consumes the
+        """The eviction step after a forward: `fold` every layer, the accumulator updates of all layers in one call
+        (`Ranker.accumulate_all`: on a decode step that evicts nothing they are most of the per-layer work), then
+        `settle` each layer. `fold_mass=False` consumes the
         forward's mass without folding it (a rerun of a position whose mass was folded already)."""
         news = [layer.new_tokens for layer in layers]
         pairs = [pair for layer, ranker in zip(layers, rankers, strict=True) for pair in self.fold(layer, ranker)]

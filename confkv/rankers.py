@@ -33,13 +33,15 @@ class Ranker(ABC):
     uses_attention: bool = True
 
     def seed_new(self, old: torch.Tensor | None, fresh: torch.Tensor) -> None:
-        """Set the accumulator of new tokens in place (`fresh [B, H, n_new]`, zeros on arrival; default: leave 0).
-        `old` is the accumulator of the tokens kept before them (None if there were none)."""
-        return None
+        """Set the accumulator of a chunk's new tokens in place (`fresh [B, H, n_new]`, zeros on arrival) to
+        `seed_value(old)` (None: leave 0). `old` is the accumulator of the tokens kept before them (None if none)."""
+        value = self.seed_value(old)
+        if value is not None:
+            fresh.copy_(value.expand_as(fresh))
 
     def seed_value(self, acc: torch.Tensor | None) -> torch.Tensor | None:
         """What a decoded token's accumulator starts at, `[B, H, 1]` from the kept tokens' `acc` (None: 0). Asked
-        once per eviction pass and prefill chunk, not per decode step (see `KVPolicy.apply`)."""
+        once per eviction pass and prefill chunk, not per decode step (see `KVPolicy.apply_all`)."""
         return None
 
     def accumulate(self, acc: torch.Tensor, mass: torch.Tensor, queries: int = 1) -> torch.Tensor:
@@ -73,10 +75,6 @@ class EMARanker(Ranker):
 
     alpha: float = 0.5
     decay: float = 0.9
-
-    def seed_new(self, old: torch.Tensor | None, fresh: torch.Tensor) -> None:
-        if old is not None and old.shape[-1] > 0:
-            fresh.copy_(old.mean(dim=-1, keepdim=True).expand_as(fresh))
 
     def seed_value(self, acc: torch.Tensor | None) -> torch.Tensor | None:
         return None if acc is None or acc.shape[-1] == 0 else acc.mean(dim=-1, keepdim=True)
