@@ -246,18 +246,22 @@ def load(
 
     A local directory must hold safetensors weights; a ``.gguf`` file is dequantized on every call (slow; pull a
     named model instead when you can). `dtype`: a torch dtype or `auto|bf16|fp16|fp32` (see
-    `confkv.models.dtype`); None = fp32. The cached weights are fp32; the dtype is applied while loading.
+    `confkv.models.dtype`); None = fp32. The cached weights are fp32; the dtype is applied while loading, and a
+    half-precision model's Linear layers become `RowGemvLinear` (faster one-row decode on CPU).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from confkv.models.dtype import resolve_dtype
+    from confkv.models.gemv import row_gemv_linears
 
     dtype, _ = resolve_dtype(dtype)
     path = resolve(name_or_path, progress)
     if path.is_file():
         if path.suffix != ".gguf":
             raise ValueError(f"{path} is a file but not a .gguf; pass a model directory, a .gguf file or a name")
-        return _load_gguf(path, dtype, attn_implementation)
+        model, tokenizer = _load_gguf(path, dtype, attn_implementation)
+        row_gemv_linears(model)
+        return model, tokenizer
     _check_hf_dir(path)
     with hub_offline():
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
@@ -269,6 +273,7 @@ def load(
             local_files_only=True,
         )
     model.eval()
+    row_gemv_linears(model)  # bf16/fp16 decode rows through `torch.mv` (see confkv.models.gemv); fp32 untouched
     return model, tokenizer
 
 

@@ -38,6 +38,7 @@ def test_load_applies_the_dtype_to_a_saved_model(tmp_path):
     tiny_chat_tokenizer().save_pretrained(tmp_path / "m")
     loaded, _ = load(tmp_path / "m", dtype="bf16")
     assert next(loaded.parameters()).dtype == torch.bfloat16
+    assert any(type(m).__name__ == "RowGemvLinear" for m in loaded.modules())
     assert next(load(tmp_path / "m")[0].parameters()).dtype == torch.float32
 
 
