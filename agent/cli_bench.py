@@ -14,6 +14,13 @@ CPU_DEFAULT_LENGTHS = "512,1024,2048"
 GPU_DEFAULT_LENGTHS = "1024,2048,4096,8192,16384,32768"
 
 
+def _label(model: str) -> str:
+    """A model name fit for a file name: a registry name as it is, a directory or .gguf path by its last part."""
+    from pathlib import Path
+
+    return Path(model).stem if model.endswith(".gguf") else Path(model).name
+
+
 def _save(report: dict, out: str, name: str):
     """Write a benchmark's JSON report under `out`; returns its path."""
     from pathlib import Path
@@ -155,10 +162,13 @@ def decode(
     quick: bool = typer.Option(False, "--quick", help="contexts 512,2048,4096 and 2 repeats"),
     overrides: list[str] = typer.Option(None, "--set", help="confkv policy override key=value"),
     dtype: str = dtype_option(),
+    dtypes: str = typer.Option(None, "--dtypes", help="several dtypes in one run, comma-separated (e.g. "
+                               "fp32,bf16): one table, a JSON per dtype; overrides --dtype"),
     out: str = typer.Option("results", "--out", help="directory for the results JSON"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="print the report (a list of them with --dtypes)"),
 ) -> None:
-    """Decode ms/step after N context tokens: plain DynamicCache vs our `full` vs `confkv`, interleaved."""
+    """Decode ms/step after N context tokens: plain DynamicCache vs our `full` vs `confkv`, interleaved; and
+    prefill tokens/s of `full` and `confkv`. Ratios are within one dtype."""
 
     from rich.console import Console
     from rich.table import Table
@@ -168,30 +178,36 @@ def decode(
     from confkv.policies import parse_overrides
 
     ctx = _parse_lengths("512,2048,4096" if quick else contexts)
-    dtype = checked_dtype(dtype)
-    mdl, _ = load(model, dtype=dtype)
-    report = run_decode_bench(mdl, mdl.config.vocab_size, list(ctx), steps, 2 if quick else repeats,
-                              parse_overrides(overrides))
-    report["model"], report["dtype"] = model, dtype
-    path = _save(report, out, f"decode_{model}.json")
+    names = [checked_dtype(d) for d in (dtypes.split(",") if dtypes else [dtype]) if d.strip()]
+    policy_overrides = parse_overrides(overrides)
+    reports, paths = [], []
+    for name in dict.fromkeys(names):
+        mdl, _ = load(model, dtype=name)
+        report = run_decode_bench(mdl, mdl.config.vocab_size, list(ctx), steps, 2 if quick else repeats,
+                                  policy_overrides)
+        report["model"], report["dtype"] = model, name
+        reports.append(report)
+        paths.append(_save(report, out, f"decode_{_label(model)}" + (f"_{name}" if dtypes else "") + ".json"))
+        del mdl
     if as_json:
-        typer.echo(json.dumps(report))
+        typer.echo(json.dumps(reports if dtypes else reports[0]))
         return
-    ups = speedups(report)
-    table = Table(title=f"decode ms/step, {model} {dtype}, {report['threads']} threads, median of "
-                        f"{report['repeats']}")
-    for col in ("context", "variant", "ms/step", "vs plain", "bookkeeping", "kept tokens", "KV MiB", "prefill tok/s",
-                "gate open"):
+    table = Table(title=f"decode ms/step, {model}, {reports[0]['threads']} threads, median of {reports[0]['repeats']}")
+    for col in ("dtype", "context", "variant", "ms/step", "vs plain", "bookkeeping", "kept tokens", "KV MiB",
+                "prefill tok/s", "gate open"):
         table.add_column(col, justify="right")
-    for r in report["rows"]:
-        share = "" if r["bookkeeping_share"] is None else f"{100 * r['bookkeeping_share']:.1f}%"
-        pre = "" if not r.get("prefill_tokens_per_s") else f"{r['prefill_tokens_per_s']:.0f}"
-        gate = "" if r.get("gate_open_rate") is None else f"{100 * r['gate_open_rate']:.0f}%"
-        table.add_row(str(r["context"]), r["variant"], f"{r['ms_per_step']:.1f}",
-                      f"{ups[r['context']][r['variant']]:.2f}x", share, str(r["kept_tokens"]),
-                      f"{r['kv_bytes'] / 2**20:.1f}", pre, gate)
+    for report in reports:
+        ups = speedups(report)
+        for r in report["rows"]:
+            share = "" if r["bookkeeping_share"] is None else f"{100 * r['bookkeeping_share']:.1f}%"
+            pre = "" if not r.get("prefill_tokens_per_s") else f"{r['prefill_tokens_per_s']:.0f}"
+            gate = "" if r.get("gate_open_rate") is None else f"{100 * r['gate_open_rate']:.0f}%"
+            table.add_row(report["dtype"], str(r["context"]), r["variant"], f"{r['ms_per_step']:.1f}",
+                          f"{ups[r['context']][r['variant']]:.2f}x", share, str(r["kept_tokens"]),
+                          f"{r['kv_bytes'] / 2**20:.1f}", pre, gate)
     Console().print(table)
-    typer.echo(f"results: {path}")
+    for path in paths:
+        typer.echo(f"results: {path}")
 
 
 def _floats(text: str | None, name: str) -> tuple[float, ...] | None:
@@ -339,7 +355,7 @@ def dtype_bench(
                              prompt_tokens), decode, progress=lambda m: typer.echo(m, err=True))  # fmt: skip
     report["model"] = model
     report["auto_would_pick"] = resolve_dtype("auto")[1]
-    path = _save(report, out, f"dtype_{model}.json")
+    path = _save(report, out, f"dtype_{_label(model)}.json")
     if as_json:
         typer.echo(json.dumps(report))
         return

@@ -55,3 +55,28 @@ def test_dtype_bench_interleaves_and_scores_greedy_agreement():
     assert all(len(t) == 6 for t in bf16["tokens"]) and 0 <= bf16["greedy_prefix_share"] <= 1
     assert fp32["prefill_tok_s"] > 0 and bf16["decode_ms_per_token"] > 0
     assert "bf16" in format_report(report)[-1]
+
+
+def test_bench_decode_runs_several_dtypes_in_one_invocation(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+    from confkv.testing import tiny_model
+    from tests.agent.tiny_chat import tiny_chat_tokenizer
+
+    model, _ = tiny_model("llama")
+    model.save_pretrained(tmp_path / "m", safe_serialization=True)
+    tiny_chat_tokenizer().save_pretrained(tmp_path / "m")
+    args = ["bench", "decode", "--model", str(tmp_path / "m"), "--contexts", "40", "--steps", "2", "--repeats", "1",
+            "--set", "n_low=12", "--set", "n_high=20", "--set", "int8_after=6", "--set", "protect=4",
+            "--set", "slack=2", "--set", "prefill_chunk=16", "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, [*args, "--dtypes", "fp32,bf16", "--json"])
+    assert result.exit_code == 0, result.output
+    reports = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [r["dtype"] for r in reports] == ["fp32", "bf16"]
+    assert {r["variant"] for r in reports[1]["rows"]} == {"plain", "full", "confkv"}
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["decode_m_bf16.json", "decode_m_fp32.json"]
+    bad = CliRunner().invoke(app, [*args, "--dtypes", "fp32,int4"])
+    assert bad.exit_code != 0 and "int4" in bad.output
