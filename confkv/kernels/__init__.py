@@ -2,8 +2,11 @@
 
 `segmented_attention` is the single entry point the cache calls. It picks the backend:
 - the Triton kernel (`confkv.kernels.triton_decode`) when q is on CUDA and Triton imports;
-- otherwise the PyTorch reference (`confkv.kernels.reference`), which is also the CPU production path.
-`CONFKV_ATTENTION=reference|triton` overrides the choice (`triton` on CPU tensors needs `TRITON_INTERPRET=1`).
+- a one-query call on CPU (a decode step) runs the compiled C++ kernel (`confkv.kernels.cpu_decode`) when it
+  builds (`CONFKV_CPU_KERNEL=0` turns it off);
+- otherwise the PyTorch reference (`confkv.kernels.reference`): CPU prefill, and the oracle of both kernels.
+`CONFKV_ATTENTION=reference|triton` overrides the choice (`triton` on CPU tensors needs `TRITON_INTERPRET=1`;
+`reference` also skips the C++ decode kernel).
 Triton is imported lazily, so this package imports and runs on machines without it.
 """
 
@@ -82,4 +85,11 @@ def segmented_attention(
         if causal_tail:
             q_pos = kv.pos_fp[:, 0, -causal_tail:]
         return triton_attention(q, kv, q_pos, scaling, return_mass, check=check)
+    if q_pos is None and causal_tail <= 1 and os.environ.get(BACKEND_ENV, "").strip().lower() != "reference":
+        from confkv.kernels import cpu_decode
+
+        if cpu_decode.usable(q, kv):
+            if check:
+                kv.validate(q, q_pos)
+            return cpu_decode.decode_attention(q, kv, q.shape[-1] ** -0.5 if scaling is None else scaling, return_mass)
     return reference_attention(q, kv, q_pos, scaling, return_mass, check=check, causal_tail=causal_tail)

@@ -1,0 +1,66 @@
+"""The compiled CPU decode kernel against the PyTorch reference (its oracle), and its fallbacks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from confkv.kernels import SegmentedKV, cpu_decode, reference_attention, segmented_attention
+
+needs_kernel = pytest.mark.skipif(cpu_decode.kernel() is None, reason=f"no CPU kernel: {cpu_decode.build_error()}")
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("n8", "nf", "channel", "group"), [(37, 9, True, 3), (0, 21, False, 1), (16, 0, True, 4),
+                                                            (50, 3, False, 2)])  # fmt: skip
+def test_kernel_matches_the_reference(dtype, n8, nf, channel, group):
+    torch.manual_seed(n8 + nf)
+    b, hkv, d = 2, 2, 16
+    k = torch.randn(b, hkv, n8 + nf, d).to(dtype)
+    v = torch.randn(b, hkv, n8 + nf, d).to(dtype)
+    kv = SegmentedKV.from_dense(k, v, n8, channel_keys=channel)
+    q = torch.randn(b, hkv * group, 1, d).to(dtype)
+    assert cpu_decode.usable(q, kv)
+    want_out, want_mass = reference_attention(q, kv, None, 0.3, True)
+    out, mass = cpu_decode.decode_attention(q, kv, 0.3, True)
+    assert out.dtype == dtype and out.shape == want_out.shape
+    torch.testing.assert_close(out.float(), want_out.float(), atol=1e-5 if dtype == torch.float32 else 1e-2, rtol=1e-3)
+    torch.testing.assert_close(mass, want_mass, atol=1e-6, rtol=1e-4)
+    torch.testing.assert_close(mass.sum(-1), torch.ones(b, hkv * group))
+
+
+@needs_kernel
+def test_segmented_attention_routes_decode_to_the_kernel_and_the_rest_to_the_reference(monkeypatch):
+    calls: list[int] = []
+    real = cpu_decode.decode_attention
+    monkeypatch.setattr(cpu_decode, "decode_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    k = torch.randn(1, 2, 12, 8)
+    kv = SegmentedKV.from_dense(k, k.clone(), 6)
+    segmented_attention(torch.randn(1, 4, 1, 8), kv, causal_tail=1, return_mass=True, check=True)
+    assert calls == [1]
+    segmented_attention(torch.randn(1, 4, 3, 8), kv, causal_tail=3)  # a chunk: the reference
+    segmented_attention(torch.randn(1, 4, 1, 8), kv, q_pos=torch.tensor([[5]]))  # positions: the reference
+    assert calls == [1]
+    monkeypatch.setenv("CONFKV_ATTENTION", "reference")
+    segmented_attention(torch.randn(1, 4, 1, 8), kv)
+    monkeypatch.setenv("CONFKV_ATTENTION", "")
+    monkeypatch.setenv(cpu_decode.ENV, "0")
+    segmented_attention(torch.randn(1, 4, 1, 8), kv)
+    assert calls == [1]
+
+
+def test_a_missing_compiler_falls_back_with_the_reason(monkeypatch):
+    monkeypatch.setattr(cpu_decode.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(cpu_decode, "_ERROR", [])
+    cpu_decode.kernel.cache_clear()
+    try:
+        assert cpu_decode.kernel() is None and "no C++ compiler" in cpu_decode.build_error()
+        k = torch.randn(1, 2, 5, 8)
+        kv = SegmentedKV.from_dense(k, k.clone(), 2)
+        q = torch.randn(1, 2, 1, 8)
+        assert not cpu_decode.usable(q, kv)
+        out, _ = segmented_attention(q, kv)  # the reference still answers
+        torch.testing.assert_close(out, reference_attention(q, kv)[0])
+    finally:
+        cpu_decode.kernel.cache_clear()
