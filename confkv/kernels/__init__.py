@@ -88,7 +88,7 @@ def segmented_attention(
     if q_pos is None and causal_tail <= 1 and os.environ.get(BACKEND_ENV, "").strip().lower() != "reference":
         from confkv.kernels import cpu_decode
 
-        if cpu_decode.usable(q, kv):
+        if cpu_decode.usable(q, kv, trusted=not check):
             if check:
                 kv.validate(q, q_pos)
             return cpu_decode.decode_attention(q, kv, q.shape[-1] ** -0.5 if scaling is None else scaling, return_mass)

@@ -74,10 +74,14 @@ def build_error() -> str | None:
     return _ERROR[0] if _ERROR else None
 
 
-def usable(q: torch.Tensor, kv: SegmentedKV) -> bool:
-    """A one-query CPU call whose K/V rows are contiguous (the cache's own segments always are)."""
+def usable(q: torch.Tensor, kv: SegmentedKV, trusted: bool = False) -> bool:
+    """A one-query CPU call whose K/V rows are contiguous and dtypes as the cache stores them. `trusted`: the
+    segments come from the cache itself (always laid out so): only the call's shape and the build are checked,
+    since these checks cost about as much as the kernel call on a small model."""
     if q.device.type != "cpu" or q.shape[2] != 1 or not enabled():
         return False
+    if trusted:
+        return kernel() is not None
     tensors = [t for t in (kv.k_q, kv.v_q, kv.k_fp, kv.v_fp) if t is not None and t.shape[2]]
     tensors += [kv.k_channel] if kv.k_channel is not None else []
     if any(t.stride(-1) != 1 for t in tensors) or (kv.n_fp and not kv.k_fp.dtype == kv.v_fp.dtype == q.dtype):
