@@ -247,7 +247,7 @@ def load(
     A local directory must hold safetensors weights; a ``.gguf`` file is dequantized on every call (slow; pull a
     named model instead when you can). `dtype`: a torch dtype or `auto|bf16|fp16|fp32` (see
     `confkv.models.dtype`); None = fp32. The cached weights are fp32; the dtype is applied while loading, and a
-    half-precision model's Linear layers become `RowGemvLinear` (faster one-row decode on CPU).
+    bf16 model's Linear layers become `RowGemvLinear` (faster one-row decode on CPU).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -273,7 +273,7 @@ def load(
             local_files_only=True,
         )
     model.eval()
-    row_gemv_linears(model)  # bf16/fp16 decode rows through `torch.mv` (see confkv.models.gemv); fp32 untouched
+    row_gemv_linears(model)  # bf16 decode rows through `torch.mv` (see confkv.models.gemv); fp32 untouched
     return model, tokenizer
 
 

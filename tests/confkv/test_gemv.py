@@ -1,4 +1,4 @@
-"""`RowGemvLinear`: one-row half-precision calls through `torch.mv`, everything else exactly `F.linear`."""
+"""`RowGemvLinear`: one-row bf16 calls through `torch.mv`, everything else exactly `F.linear`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from confkv.testing import tiny_model
 def test_swap_keeps_the_parameters_and_skips_fp32():
     model, _ = tiny_model("llama")
     assert row_gemv_linears(model) == 0  # fp32: nothing to gain
+    assert row_gemv_linears(tiny_model("llama")[0].to(torch.float16)) == 0  # fp16 addmv is slower on CPU
     model = model.to(torch.bfloat16)
     linears = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     weights = {n: m.weight for n, m in linears.items()}
