@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import sys
+import argparse
 
-from traces.forced import forced_rows, summarize_forced
+from traces.forced import common_tasks, forced_rows, summarize_forced
 from traces.store import TraceStore
 
 
@@ -12,9 +12,13 @@ def _f(v: float | None, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
-def main(db: str) -> None:
+def main(db: str, labels: list[str] | None = None, common: bool = False) -> None:
     with TraceStore.open_existing(db) as store:
         rows = forced_rows(store.db)
+    if labels:
+        rows = [r for r in rows if r["policy"] in labels]
+    if common:
+        rows = common_tasks(rows)
     summary = summarize_forced(rows)
     print("| policy | tasks | broken | answer ΔNLL long | answer ΔNLL short | action ΔNLL | action NLL | answer NLL "
           "| action acc | exact/pass/judged | mean KV vs full | peak KV vs full |")
@@ -37,4 +41,9 @@ def main(db: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "runs/forced-smoke.sqlite")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("db", nargs="?", default="runs/forced-smoke.sqlite")
+    parser.add_argument("--labels", help="comma-separated policy labels to keep (e.g. full,confkv@512)")
+    parser.add_argument("--common", action="store_true", help="only tasks every kept label finished")
+    args = parser.parse_args()
+    main(args.db, args.labels.split(",") if args.labels else None, args.common)

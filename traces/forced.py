@@ -113,6 +113,19 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return fmean(kept) if kept else None
 
 
+def common_tasks(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Only the rows of tasks that every policy label present finished unbroken. A partial (resumed, stopped) run
+    leaves labels with different task sets; absolute figures (KV MiB, NLL) averaged over different tasks are not
+    comparable, the paired deltas are."""
+    labels = {r["policy"] for r in rows}
+    done: dict[Any, set[str]] = {}
+    for r in rows:
+        if not r["broken"]:
+            done.setdefault(r["task_id"], set()).add(r["policy"])
+    keep = {task for task, have in done.items() if have == labels}
+    return [r for r in rows if r["task_id"] in keep]
+
+
 def summarize_forced(rows: Sequence[Mapping[str, Any]]) -> dict[str, ForcedPolicySummary]:
     """Per policy label, baseline first: scores and deltas vs `full` on the same task and trajectory."""
     base = {r["task_id"]: r for r in rows if r["policy"] == BASELINE and not r["broken"]}
@@ -173,11 +186,13 @@ def forced_table(summary: Mapping[str, ForcedPolicySummary], title: str = "Traje
 
 def plot_frontier(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     """Answer ΔNLL vs full (y) against mean and peak KV bytes (x, two columns), one line per base policy across
-    its budgets, long-memory tasks in the top row and short ones below."""
+    its budgets, long-memory tasks in the top row and short ones below; over the tasks every label finished
+    (`common_tasks`), so each point averages the same tasks."""
     from matplotlib.figure import Figure
 
     from traces.report import _byte_scale, _save, policy_colors
 
+    rows = common_tasks(rows)
     base = {r["task_id"]: r for r in rows if r["policy"] == BASELINE and not r["broken"]}
     ok = [r for r in rows if not r["broken"] and r["task_id"] in base and r["answer_nll"] is not None
           and base[r["task_id"]]["answer_nll"] is not None

@@ -102,3 +102,14 @@ def test_forced_cli_rejects_bad_input_before_anything_runs(tmp_path, args, messa
                                       *args])  # fmt: skip
     assert result.exit_code == 2 and message in result.output
     assert not (tmp_path / "t.sqlite").exists()
+
+
+def test_common_tasks_keeps_only_tasks_every_label_finished():
+    from traces.forced import common_tasks
+
+    def row(task: str, policy: str, broken: int = 0) -> dict:
+        return {"task_id": task, "policy": policy, "broken": broken}
+
+    rows = [row("1", "full"), row("1", "sliding"), row("2", "full"), row("3", "full"), row("3", "sliding", 1)]
+    assert sorted((r["task_id"], r["policy"]) for r in common_tasks(rows)) == [("1", "full"), ("1", "sliding")]
+    assert common_tasks([row("1", "full")]) == [row("1", "full")]
