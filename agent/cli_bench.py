@@ -178,7 +178,9 @@ def decode(
     from confkv.policies import parse_overrides
 
     ctx = _parse_lengths("512,2048,4096" if quick else contexts)
-    names = [checked_dtype(d) for d in (dtypes.split(",") if dtypes else [dtype]) if d.strip()]
+    names = [checked_dtype(d.strip()) for d in (dtypes.split(",") if dtypes else [dtype]) if d.strip()]
+    if not names:
+        raise typer.BadParameter(f"expected comma-separated dtypes, got {dtypes!r}", param_hint="--dtypes")
     policy_overrides = parse_overrides(overrides)
     reports, paths = [], []
     for name in dict.fromkeys(names):

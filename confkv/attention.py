@@ -2,7 +2,7 @@
 
 Why our own attention function: eviction needs per-key attention mass, and only `eager` attention returns weights
 (1.5-1.8x slower than sdpa at 8K). This function computes the same attention as sdpa over the layer's INT8 + model
-dtype segments (Triton on CUDA, PyTorch reference on CPU), gets the mass from the same pass, and leaves it on the
+dtype segments (Triton on CUDA; on CPU the C++ decode kernel for one-query calls, the PyTorch reference otherwise), gets the mass from the same pass, and leaves it on the
 layer (`layer.mass`, per query head). It decides nothing: the policy reduces and ranks the mass after the forward.
 No model code is patched: `with confkv.attach(model, cache)` selects it for a scope, and because "confkv" has no
 mask function registered, `transformers` builds no mask. Causality needs no per-key positions either: during a

@@ -114,16 +114,16 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 
 def common_tasks(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Only the rows of tasks that every policy label present finished unbroken. A partial (resumed, stopped) run
-    leaves labels with different task sets; absolute figures (KV MiB, NLL) averaged over different tasks are not
-    comparable, the paired deltas are."""
-    labels = {r["policy"] for r in rows}
+    """Only the rows of tasks that every policy label present finished unbroken (all rows when no task qualifies).
+    A partial (resumed, stopped) run leaves labels with different task sets; absolute figures (KV MiB, NLL)
+    averaged over different tasks are not comparable, the paired deltas are."""
     done: dict[Any, set[str]] = {}
     for r in rows:
         if not r["broken"]:
             done.setdefault(r["task_id"], set()).add(r["policy"])
+    labels = set().union(*done.values()) if done else set()  # a label with broken rows only does not count
     keep = {task for task, have in done.items() if have == labels}
-    return [r for r in rows if r["task_id"] in keep]
+    return [r for r in rows if r["task_id"] in keep] if keep else list(rows)
 
 
 def summarize_forced(rows: Sequence[Mapping[str, Any]]) -> dict[str, ForcedPolicySummary]:

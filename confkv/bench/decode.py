@@ -99,7 +99,11 @@ def run_decode_bench(
     model, vocab_size: int, contexts: list[int], steps: int = 16, repeats: int = 3, confkv_overrides: dict | None = None,
     seed: int = 0,
 ) -> dict:
+    from confkv.kernels import cpu_decode
+
     gen = torch.Generator().manual_seed(seed)
+    # Build (or load) the CPU decode kernel before any clock starts; the report says which path ran.
+    kernel = model.device.type == "cpu" and cpu_decode.enabled() and cpu_decode.kernel() is not None
     policies = {"full": get_policy("full"), "confkv": get_policy("confkv", confkv_overrides or {})}
     steps = whole_cycles(steps, policies["confkv"].slack)
     rows: list[DecodeRow] = []
@@ -134,6 +138,8 @@ def run_decode_bench(
         "repeats": repeats,
         "threads": torch.get_num_threads(),
         "prefill_chunk": policies["confkv"].prefill_chunk,
+        "cpu_decode_kernel": kernel,
+        "cpu_decode_kernel_error": cpu_decode.build_error(),
         "confkv_policy": policies["confkv"].to_dict(),
         "rows": [asdict(r) for r in rows],
     }

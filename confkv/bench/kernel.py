@@ -14,6 +14,7 @@ report says so.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -92,12 +93,13 @@ _COMPILED: list = []  # one compiled callable per process: dynamic shapes, so le
 
 
 def _compiled_row(q, caches, length, variant, nbytes, sdpa_ms, timer, cfg) -> BenchRow:
-    """The same INT8+mass call through `torch.compile` (inductor; C++ on CPU, Triton on CUDA). Why measure it: the
-    decode step is many small ops, which is what fusion is for; the first call compiles (not timed)."""
+    """The PyTorch reference's INT8+mass call through `torch.compile` (inductor; C++ on CPU, Triton on CUDA). Why
+    measure it: the decode step is many small ops, which is what fusion is for; the first call compiles (not timed).
+    The reference, not `segmented_attention`: on CPU the latter runs the C++ kernel, which inductor cannot fuse."""
     if not _COMPILED:
-        _COMPILED.append(torch.compile(lambda q, kv: segmented_attention(q, kv, None, None, True), dynamic=True))
+        _COMPILED.append(torch.compile(lambda q, kv: reference_attention(q, kv, None, None, True), dynamic=True))
     fn = _COMPILED[0]
-    want, want_mass = segmented_attention(q, caches[0], None, None, True)
+    want, want_mass = reference_attention(q, caches[0], None, None, True)
     got, got_mass = fn(q, caches[0])
     err = max((got.float() - want.float()).abs().max().item(), (got_mass - want_mass).abs().max().item())
     ms = timer(lambda i: fn(q, caches[i % len(caches)]), cfg.iters, cfg.warmup)
@@ -124,6 +126,11 @@ def run_kernel_bench(cfg: KernelBenchConfig) -> dict:
     gen = torch.Generator(device=device).manual_seed(0)
     q = torch.randn(cfg.batch, cfg.heads, 1, cfg.head_dim, generator=gen, device=device, dtype=dtype)
     backend = select_backend(q)
+    if backend == "reference" and q.device.type == "cpu" and os.environ.get("CONFKV_ATTENTION", "") != "reference":
+        from confkv.kernels import cpu_decode
+
+        if cpu_decode.enabled() and cpu_decode.kernel() is not None:  # built before any timing
+            backend = "cpu-kernel"
     rows: list[BenchRow] = []
     for length in cfg.lengths:
         shape = (cfg.batch, cfg.kv_heads, length, cfg.head_dim)
@@ -164,7 +171,9 @@ def run_kernel_bench(cfg: KernelBenchConfig) -> dict:
                 rows.append(_compiled_row(q, caches, length, variant, nbytes, sdpa_ms, timer, cfg))
             del caches
         del dense
-    if backend == "reference":
+    if backend == "cpu-kernel":
+        note = "CPU: timing the compiled C++ decode kernel (confkv.kernels.cpu_decode); CONFKV_CPU_KERNEL=0 times the reference"
+    elif backend == "reference":
         note = f"{device.type.upper()}: timing the PyTorch REFERENCE path (the Triton kernel needs CUDA); not kernel numbers"
     elif device.type == "cuda":
         note = f"backend: Triton kernel on {torch.cuda.get_device_name(device)}"

@@ -74,8 +74,9 @@ def segmented_attention(
 
     Contract (docs/ARCHITECTURE.md): keys are the INT8 slots then the model-dtype slots; with `q_pos [B,L]` a key is
     visible iff its position <= the query's; `mass` is the softmax probability averaged over the L queries and sums
-    to 1 per query head. `scaling` defaults to D**-0.5. `check=False` skips `SegmentedKV.validate` (the cache
-    builds its segments itself; the Python checks cost about as much as a small tensor op per layer and step).
+    to 1 per query head. `scaling` defaults to D**-0.5. `check=False` skips `SegmentedKV.validate` and the CPU kernel's
+    layout checks (the cache builds its segments itself; the Python checks cost about as much as a small tensor op
+    per layer and step). A one-query CPU call without `q_pos` (every kept key visible) runs the C++ decode kernel.
     `causal_tail=L` instead of `q_pos`: the last L model-dtype keys are the queries' own tokens in order, every other
     key older than all of them (a cache layer's prefill chunk); the reference then skips the position compare.
     """
@@ -88,8 +89,10 @@ def segmented_attention(
     if q_pos is None and causal_tail <= 1 and os.environ.get(BACKEND_ENV, "").strip().lower() != "reference":
         from confkv.kernels import cpu_decode
 
-        if cpu_decode.usable(q, kv, trusted=not check):
-            if check:
-                kv.validate(q, q_pos)
+        trusted = not check  # the cache's own segments: no layout checks either
+        if check:
+            kv.validate(q, q_pos)
+            check = False  # done once: the reference need not repeat it
+        if cpu_decode.usable(q, kv, trusted=trusted):
             return cpu_decode.decode_attention(q, kv, q.shape[-1] ** -0.5 if scaling is None else scaling, return_mass)
     return reference_attention(q, kv, q_pos, scaling, return_mass, check=check, causal_tail=causal_tail)

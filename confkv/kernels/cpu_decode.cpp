@@ -25,7 +25,7 @@ void decode_rows(const at::Tensor& q, const at::Tensor& k_q, const at::Tensor& v
   const float* kcp = (n8 && k_channel.numel()) ? k_channel.data_ptr<float>() : nullptr;
   const T* kfp = nf ? k_fp.data_ptr<T>() : nullptr;
   const T* vfp = nf ? v_fp.data_ptr<T>() : nullptr;
-  // strides [B, H, T, D] (last dim contiguous, checked in Python) and [B, H, T] for the scales
+  // strides [B, H, T, D] (last dim contiguous, checked below) and [B, H, T] for the scales
   const int64_t q0 = q.stride(0), q1 = q.stride(1);
   const int64_t kq0 = n8 ? k_q.stride(0) : 0, kq1 = n8 ? k_q.stride(1) : 0, kq2 = n8 ? k_q.stride(2) : 0;
   const int64_t vq0 = n8 ? v_q.stride(0) : 0, vq1 = n8 ? v_q.stride(1) : 0, vq2 = n8 ? v_q.stride(2) : 0;
@@ -93,6 +93,19 @@ std::vector<at::Tensor> decode_attention(at::Tensor q, at::Tensor k_q, at::Tenso
                                          at::Tensor v_scale, at::Tensor k_channel, at::Tensor k_fp, at::Tensor v_fp,
                                          int64_t n8, int64_t nf, int64_t hkv, double scale) {
   TORCH_CHECK(n8 + nf > 0, "decode_attention: no keys");
+  TORCH_CHECK(q.dim() == 3 && q.stride(2) == 1, "decode_attention: q must be [B, Hq, D], last dim contiguous");
+  if (n8) {
+    TORCH_CHECK(k_q.scalar_type() == at::kChar && v_q.scalar_type() == at::kChar, "decode_attention: int8 K/V");
+    TORCH_CHECK(k_scale.scalar_type() == at::kFloat && v_scale.scalar_type() == at::kFloat, "fp32 scales");
+    TORCH_CHECK(k_q.stride(3) == 1 && v_q.stride(3) == 1, "decode_attention: INT8 K/V last dim contiguous");
+    TORCH_CHECK(!k_channel.numel() || (k_channel.scalar_type() == at::kFloat && k_channel.stride(2) == 1),
+                "decode_attention: k_channel fp32 [B, Hkv, D], last dim contiguous");
+  }
+  if (nf) {
+    TORCH_CHECK(k_fp.scalar_type() == q.scalar_type() && v_fp.scalar_type() == q.scalar_type(),
+                "decode_attention: model-dtype K/V must have q's dtype");
+    TORCH_CHECK(k_fp.stride(3) == 1 && v_fp.stride(3) == 1, "decode_attention: K/V last dim contiguous");
+  }
   const auto opts = q.options().dtype(at::kFloat);
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2)}, opts);
   at::Tensor p = at::empty({q.size(0), q.size(1), n8 + nf}, opts);
@@ -103,4 +116,7 @@ std::vector<at::Tensor> decode_attention(at::Tensor q, at::Tensor k_q, at::Tenso
   return {out, p};
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("decode_attention", &decode_attention); }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  // The GIL is released: the math touches no Python object, and other threads (store leases) keep running.
+  m.def("decode_attention", &decode_attention, py::call_guard<py::gil_scoped_release>());
+}

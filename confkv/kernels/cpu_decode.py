@@ -54,7 +54,8 @@ def kernel() -> Any | None:
     try:  # the `ninja` wheel (a dependency) puts its binary in the venv, which may not be on PATH
         import ninja
 
-        os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
+        if ninja.BIN_DIR:  # an empty entry would put the current directory on PATH
+            os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
     except ImportError:
         pass
     from torch.utils.cpp_extension import _get_build_directory
@@ -78,7 +79,9 @@ def usable(q: torch.Tensor, kv: SegmentedKV, trusted: bool = False) -> bool:
     """A one-query CPU call whose K/V rows are contiguous and dtypes as the cache stores them. `trusted`: the
     segments come from the cache itself (always laid out so): only the call's shape and the build are checked,
     since these checks cost about as much as the kernel call on a small model."""
-    if q.device.type != "cpu" or q.shape[2] != 1 or not enabled():
+    if q.dim() != 4 or q.device.type != "cpu" or q.shape[2] != 1 or not enabled():
+        return False
+    if q.requires_grad and torch.is_grad_enabled():  # the kernel has no backward
         return False
     if trusted:
         return kernel() is not None
@@ -102,7 +105,7 @@ def decode_attention(
     hkv = kv.reference_tensor().shape[1]
     empty = q.new_empty(0)
     out, p = kernel().decode_attention(
-        q.reshape(b, hq, d),
+        q.reshape(b, hq, d).contiguous(),
         kv.k_q if n8 else empty, kv.v_q if n8 else empty,
         kv.k_scale if n8 else empty, kv.v_scale if n8 else empty,
         kv.k_channel if (n8 and kv.k_channel is not None) else empty,

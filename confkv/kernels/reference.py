@@ -1,11 +1,12 @@
-"""PyTorch reference of segmented attention: the CPU path, and the oracle the Triton kernel is tested against.
+"""PyTorch reference of segmented attention: the CPU prefill path, and the oracle both kernels are tested against
+(Triton on CUDA; the C++ CPU decode kernel, `confkv.kernels.cpu_decode`, which runs one-query CPU calls).
 
 Two paths, and why:
 - **Row blocks** (`_row_blocks`: no `q_pos`, or the cache's `causal_tail`, and at most 4 x `max_block` keys): every
   key is visible to every query except the causal tail of the call's own tokens, so each block of queries gets one
   fp32 softmax over all keys, and the mass comes from the same probabilities. INT8 keys/values are dequantized once
   per call (`k_q * k_scale [* k_channel]`) and joined with the model-dtype ones: two matmuls per block. This is what
-  the cache runs for every decode step and prefill chunk (per-op dispatch, not FLOPs, is the decode cost on CPU).
+  the cache runs for every prefill chunk, and for decode steps where the C++ kernel is off or cannot build.
 - **Blockwise over keys** with an online (running max + sum) softmax, for general per-key positions (`q_pos`) or
   very long caches: the transient memory is bounded: per block we materialize the fp32 scores `[B,Hkv,G*L,n]` and
   the fp32 copies of that block's K and V `[B,Hkv,n,D]`, n chosen so the scores stay under `score_budget` elements

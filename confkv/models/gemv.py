@@ -22,7 +22,7 @@ class RowGemvLinear(torch.nn.Linear):
     """`nn.Linear` whose single-row CPU calls run as `torch.addmv` / `torch.mv`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() != self.in_features or x.device.type != "cpu":
+        if x.numel() != self.in_features or x.shape[-1] != self.in_features or x.device.type != "cpu":
             return F.linear(x, self.weight, self.bias)
         row = x.reshape(-1)
         y = torch.mv(self.weight, row) if self.bias is None else torch.addmv(self.bias, self.weight, row)
@@ -40,5 +40,6 @@ def row_gemv_linears(model: Any) -> int:
     for parent, name, child in swaps:
         new = RowGemvLinear(child.in_features, child.out_features, bias=child.bias is not None, device="meta")
         new.weight, new.bias = child.weight, child.bias
+        new.train(child.training)
         setattr(parent, name, new)
     return len(swaps)

@@ -113,3 +113,7 @@ def test_common_tasks_keeps_only_tasks_every_label_finished():
     rows = [row("1", "full"), row("1", "sliding"), row("2", "full"), row("3", "full"), row("3", "sliding", 1)]
     assert sorted((r["task_id"], r["policy"]) for r in common_tasks(rows)) == [("1", "full"), ("1", "sliding")]
     assert common_tasks([row("1", "full")]) == [row("1", "full")]
+    with_broken_label = [*rows, row("1", "h2o", 1)]  # a label whose only task broke does not empty the set
+    assert ("1", "sliding") in {(r["task_id"], r["policy"]) for r in common_tasks(with_broken_label)}
+    disjoint = [row("1", "full"), row("2", "sliding")]
+    assert common_tasks(disjoint) == disjoint  # nothing in common: every row, rather than an empty plot

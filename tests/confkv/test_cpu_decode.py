@@ -64,3 +64,47 @@ def test_a_missing_compiler_falls_back_with_the_reason(monkeypatch):
         torch.testing.assert_close(out, reference_attention(q, kv)[0])
     finally:
         cpu_decode.kernel.cache_clear()
+
+
+@needs_kernel
+def test_kernel_reads_capacity_strided_views_and_a_strided_query():
+    """The cache's stores are preallocated buffers sliced along the token axis; a query may come transposed."""
+    torch.manual_seed(1)
+    b, hkv, g, d, n8, nf, cap = 1, 2, 2, 8, 7, 5, 16
+    full = SegmentedKV.from_dense(torch.randn(b, hkv, n8 + nf, d), torch.randn(b, hkv, n8 + nf, d), n8,
+                                  channel_keys=True)  # fmt: skip
+
+    def strided(t: torch.Tensor) -> torch.Tensor:  # the same values inside a bigger buffer
+        buf = torch.zeros(*t.shape[:2], cap, *t.shape[3:], dtype=t.dtype)
+        buf[:, :, : t.shape[2]] = t
+        return buf[:, :, : t.shape[2]]
+
+    kv = SegmentedKV(strided(full.k_q), strided(full.v_q), strided(full.k_scale[..., None])[..., 0],
+                     strided(full.v_scale[..., None])[..., 0], strided(full.k_fp), strided(full.v_fp),
+                     k_channel=full.k_channel)  # fmt: skip
+    assert not kv.k_q.is_contiguous() and not kv.k_scale.is_contiguous()
+    q = torch.randn(b, 1, hkv * g, d).transpose(1, 2)  # [B, Hq, 1, D] as attention modules produce it
+    want, want_mass = reference_attention(q, full, None, None, True)
+    got, got_mass = segmented_attention(q, kv, None, None, True, check=False)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(got_mass, want_mass, atol=1e-6, rtol=1e-4)
+
+
+@needs_kernel
+def test_a_session_decodes_the_same_tokens_with_and_without_the_kernel(monkeypatch):
+    from confkv.policies import get_policy
+    from confkv.session import ConfKVSession
+    from confkv.testing import tiny_model
+
+    model, _ = tiny_model("llama")
+    policy = get_policy("confkv", {"n_low": "12", "n_high": "20", "int8_after": "6", "protect": "4", "slack": "2",
+                                   "prefill_chunk": "16"})  # fmt: skip
+
+    def run() -> list[int]:
+        session = ConfKVSession(model, policy)
+        session.append(list(range(3, 40)))
+        return session.decode(12)
+
+    with_kernel = run()
+    monkeypatch.setenv(cpu_decode.ENV, "0")
+    assert run() == with_kernel
