@@ -18,6 +18,7 @@ import hashlib
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from confkv.kernels.segments import SegmentedKV
 ENV = "CONFKV_CPU_KERNEL"
 SOURCE = Path(__file__).with_name("cpu_decode.cpp")
 FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"]
+STALE_LOCK_S = 600  # a real build takes about a minute
 _ERROR: list[str] = []
 
 
@@ -63,7 +65,12 @@ def kernel() -> Any | None:
     digest = hashlib.sha256(SOURCE.read_bytes() + _cpu_flags().encode() + " ".join(FLAGS).encode()).hexdigest()[:12]
     name = f"confkv_cpu_decode_{digest}"
     try:
-        if not (Path(_get_build_directory(name, verbose=False)) / f"{name}.so").exists():
+        build = Path(_get_build_directory(name, verbose=False))
+        lock = build / "lock"  # torch's build baton; a build killed with SIGKILL leaves it and later loads wait forever
+        if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+            print(f"confkv: removing a stale build lock {lock}", file=sys.stderr)
+            lock.unlink(missing_ok=True)
+        if not (build / f"{name}.so").exists():
             print(f"confkv: building the CPU decode kernel once (about a minute; {ENV}=0 skips it)", file=sys.stderr)
         return load(name=name, sources=[str(SOURCE)], extra_cflags=FLAGS, verbose=False)
     except Exception as exc:  # a broken toolchain must not break decoding: the reference path runs instead
