@@ -3,7 +3,7 @@
 Why our own attention function: eviction needs per-key attention mass, and only `eager` attention returns weights
 (1.5-1.8x slower than sdpa at 8K). This function computes the same attention as sdpa over the layer's INT8 + model
 dtype segments (Triton on CUDA; on CPU the C++ decode kernel for one-query calls, the PyTorch reference otherwise), gets the mass from the same pass, and leaves it on the
-layer (`layer.mass`, per query head). It decides nothing: the policy reduces and ranks the mass after the forward.
+layer (`layer.mass`, per KV head: the mean over its GQA group). It decides nothing: the policy reduces and ranks the mass after the forward.
 No model code is patched: `with confkv.attach(model, cache)` selects it for a scope, and because "confkv" has no
 mask function registered, `transformers` builds no mask. Causality needs no per-key positions either: during a
 forward the call's own tokens are the last `q_len` model-dtype slots and every other kept key is older than all of
@@ -53,7 +53,8 @@ def confkv_attention(
         return out.transpose(1, 2).contiguous(), None
     # The call's own tokens are the last q_len model-dtype slots and every kept key is older: `causal_tail`.
     out, layer.mass = segmented_attention(
-        query, layer.segments(), None, float(scaling), layer.wants_mass, check=False, causal_tail=key.q_len
+        query, layer.segments(), None, float(scaling), layer.wants_mass, check=False, causal_tail=key.q_len,
+        kv_head_mass=True,
     )
     return out.transpose(1, 2).contiguous(), None
 

@@ -70,7 +70,7 @@ class ConfKVLayer(CacheLayerMixin):
         self.recalled = False  # this forward's eviction step recalled cold slots (the session may rerun its last token)
         self.seen = 0
         self.new_tokens = 0  # appended since the last eviction step
-        self.mass: torch.Tensor | None = None  # the call's per-query-head mass [B, H_q, Tq+Tf], set by attention
+        self.mass: torch.Tensor | None = None  # the call's mass per KV head [B, H_kv, Tq+Tf], set by attention
         self.evictions: list[tuple[torch.Tensor, int]] = []  # (evicted positions [B,H,k], last query pos that saw them)
         self._slot_bytes: tuple[int, int] | None = None  # bytes per slot of the model-dtype and INT8 stores
         self.pin_state: tuple[tuple, int] | None = None  # (pins, kept pinned tokens): see `policy.pinned_count`

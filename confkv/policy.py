@@ -274,8 +274,11 @@ class KVPolicy:
 
     @staticmethod
     def kv_head_mass(mass: torch.Tensor, h_kv: int) -> torch.Tensor:
-        """A KV head's mass `[B, H_kv, T]` from per-query-head mass `[B, H_q, T]`: the mean over its GQA group."""
+        """A KV head's mass `[B, H_kv, T]` from per-query-head mass `[B, H_q, T]`: the mean over its GQA group (mass
+        that is per KV head already, as the attention leaves it, passes through)."""
         b, hq, t = mass.shape
+        if hq == h_kv:
+            return mass
         return mass.view(b, h_kv, hq // h_kv, t).mean(dim=2)
 
     def protected_mask(self, pos: torch.Tensor, now: int, pins: Spans) -> torch.Tensor:

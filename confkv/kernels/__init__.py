@@ -69,8 +69,10 @@ def segmented_attention(
     return_mass: bool = False,
     check: bool = True,
     causal_tail: int = 0,
+    kv_head_mass: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Attention of `q [B,Hq,L,D]` over `kv`; returns `(out [B,Hq,L,D] in q.dtype, mass [B,Hq,Tq+Tf] fp32 | None)`.
+    """Attention of `q [B,Hq,L,D]` over `kv`; returns `(out [B,Hq,L,D] in q.dtype, mass fp32 | None)`, the mass
+    `[B,Hq,Tq+Tf]` (or `[B,Hkv,Tq+Tf]` with `kv_head_mass`).
 
     Contract (docs/ARCHITECTURE.md): keys are the INT8 slots then the model-dtype slots; with `q_pos [B,L]` a key is
     visible iff its position <= the query's; `mass` is the softmax probability averaged over the L queries and sums
@@ -79,7 +81,19 @@ def segmented_attention(
     per layer and step). A one-query CPU call without `q_pos` (every kept key visible) runs the C++ decode kernel.
     `causal_tail=L` instead of `q_pos`: the last L model-dtype keys are the queries' own tokens in order, every other
     key older than all of them (a cache layer's prefill chunk); the reference then skips the position compare.
+    `kv_head_mass=True`: the mass is the mean over each KV head's GQA group, `[B,Hkv,Tq+Tf]` (what the policy
+    ranks by; the CPU decode kernel reduces it in the same call).
     """
+    out, mass = _attention(q, kv, q_pos, scaling, return_mass, check, causal_tail, kv_head_mass)
+    if mass is not None and kv_head_mass and mass.shape[1] != kv.reference_tensor().shape[1]:
+        b, hq, t = mass.shape
+        hkv = kv.reference_tensor().shape[1]
+        mass = mass.view(b, hkv, hq // hkv, t).mean(dim=2)
+    return out, mass
+
+
+def _attention(q, kv, q_pos, scaling, return_mass, check, causal_tail, kv_head_mass):
+    """The backend choice of `segmented_attention` (same arguments)."""
     if select_backend(q) == "triton":
         from confkv.kernels.triton_decode import triton_attention
 
@@ -94,5 +108,6 @@ def segmented_attention(
             kv.validate(q, q_pos)
             check = False  # done once: the reference need not repeat it
         if cpu_decode.usable(q, kv, trusted=trusted):
-            return cpu_decode.decode_attention(q, kv, q.shape[-1] ** -0.5 if scaling is None else scaling, return_mass)
+            scale = q.shape[-1] ** -0.5 if scaling is None else scaling
+            return cpu_decode.decode_attention(q, kv, scale, return_mass, kv_head_mass)
     return reference_attention(q, kv, q_pos, scaling, return_mass, check=check, causal_tail=causal_tail)

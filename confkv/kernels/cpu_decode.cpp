@@ -88,10 +88,11 @@ void decode_rows(const at::Tensor& q, const at::Tensor& k_q, const at::Tensor& v
 }  // namespace
 
 // q [B, Hq, D]; k_q, v_q int8 [B, Hkv, n8, D]; k_scale, v_scale fp32 [B, Hkv, n8]; k_channel fp32 [B, Hkv, D] or
-// empty; k_fp, v_fp [B, Hkv, nf, D] in q's dtype. Returns (out fp32 [B, Hq, D], probabilities fp32 [B, Hq, n8+nf]).
+// empty; k_fp, v_fp [B, Hkv, nf, D] in q's dtype. Returns (out fp32 [B, Hq, D], mass fp32: the probabilities
+// [B, Hq, n8+nf], or with kv_head_mass their mean over each KV head's query group [B, Hkv, n8+nf]).
 std::vector<at::Tensor> decode_attention(at::Tensor q, at::Tensor k_q, at::Tensor v_q, at::Tensor k_scale,
                                          at::Tensor v_scale, at::Tensor k_channel, at::Tensor k_fp, at::Tensor v_fp,
-                                         int64_t n8, int64_t nf, int64_t hkv, double scale) {
+                                         int64_t n8, int64_t nf, int64_t hkv, double scale, bool kv_head_mass) {
   TORCH_CHECK(n8 + nf > 0, "decode_attention: no keys");
   TORCH_CHECK(q.dim() == 3 && q.stride(2) == 1, "decode_attention: q must be [B, Hq, D], last dim contiguous");
   if (n8) {
@@ -113,7 +114,20 @@ std::vector<at::Tensor> decode_attention(at::Tensor q, at::Tensor k_q, at::Tenso
     decode_rows<scalar_t>(q, k_q, v_q, k_scale, v_scale, k_channel, k_fp, v_fp, n8, nf, hkv,
                           static_cast<float>(scale), out, p);
   });
-  return {out, p};
+  if (!kv_head_mass) return {out, p};
+  // The mass per KV head: the mean over its GQA group (what the policy ranks by), summed after the parallel part
+  // so the query rows stay balanced across threads.
+  const int64_t B = q.size(0), Hq = q.size(1), G = Hq / hkv, N = n8 + nf;
+  at::Tensor mass = at::zeros({B, hkv, N}, opts);
+  const float* pp = p.data_ptr<float>();
+  float* mp = mass.data_ptr<float>();
+  const float inv_g = 1.f / static_cast<float>(G);
+  for (int64_t r = 0; r < B * Hq; ++r) {
+    float* m = mp + (r / Hq * hkv + (r % Hq) / G) * N;
+    const float* pr = pp + r * N;
+    for (int64_t j = 0; j < N; ++j) m[j] += pr[j] * inv_g;
+  }
+  return {out, mass};
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

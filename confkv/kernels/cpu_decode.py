@@ -104,9 +104,10 @@ def usable(q: torch.Tensor, kv: SegmentedKV, trusted: bool = False) -> bool:
 
 
 def decode_attention(
-    q: torch.Tensor, kv: SegmentedKV, scale: float, return_mass: bool
+    q: torch.Tensor, kv: SegmentedKV, scale: float, return_mass: bool, kv_head_mass: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`q [B,Hq,1,D]` over `kv`: (out in q's dtype, probabilities fp32 [B,Hq,Tq+Tf] | None); see `usable`."""
+    """`q [B,Hq,1,D]` over `kv`: (out in q's dtype, mass fp32 | None); see `usable`. The mass is the probabilities
+    `[B,Hq,Tq+Tf]`, or with `kv_head_mass` their mean over each KV head's query group `[B,Hkv,Tq+Tf]`."""
     b, hq, _, d = q.shape
     n8, nf = kv.n_int8, kv.n_fp
     hkv = kv.reference_tensor().shape[1]
@@ -117,6 +118,6 @@ def decode_attention(
         kv.k_scale if n8 else empty, kv.v_scale if n8 else empty,
         kv.k_channel if (n8 and kv.k_channel is not None) else empty,
         kv.k_fp if nf else empty, kv.v_fp if nf else empty,
-        n8, nf, hkv, float(scale),
+        n8, nf, hkv, float(scale), bool(return_mass and kv_head_mass),
     )  # fmt: skip
     return out.view(b, hq, 1, d).to(q.dtype), (p if return_mass else None)

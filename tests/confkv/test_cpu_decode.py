@@ -28,6 +28,11 @@ def test_kernel_matches_the_reference(dtype, n8, nf, channel, group):
     torch.testing.assert_close(out.float(), want_out.float(), atol=1e-5 if dtype == torch.float32 else 1e-2, rtol=1e-3)
     torch.testing.assert_close(mass, want_mass, atol=1e-6, rtol=1e-4)
     torch.testing.assert_close(mass.sum(-1), torch.ones(b, hkv * group))
+    _, per_kv_head = segmented_attention(q, kv, None, 0.3, True, kv_head_mass=True)  # the kernel reduces the group
+    torch.testing.assert_close(per_kv_head, want_mass.view(b, hkv, group, -1).mean(dim=2), atol=1e-6, rtol=1e-4)
+    _, ref_kv_head = segmented_attention(torch.randn(b, hkv * group, 2, d).to(dtype), kv, None, 0.3, True,
+                                         kv_head_mass=True)  # two queries: the reference, reduced after  # fmt: skip
+    assert ref_kv_head.shape == (b, hkv, n8 + nf)
 
 
 @needs_kernel
