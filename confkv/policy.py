@@ -272,15 +272,6 @@ class KVPolicy:
             return [global_budget] * n_layers
         return pyramid_budgets(global_budget, n_layers, self.gate.pyramid_spread, minimum=self.min_layer_budget)
 
-    @staticmethod
-    def kv_head_mass(mass: torch.Tensor, h_kv: int) -> torch.Tensor:
-        """A KV head's mass `[B, H_kv, T]` from per-query-head mass `[B, H_q, T]`: the mean over its GQA group (mass
-        that is per KV head already, as the attention leaves it, passes through)."""
-        b, hq, t = mass.shape
-        if hq == h_kv:
-            return mass
-        return mass.view(b, h_kv, hq // h_kv, t).mean(dim=2)
-
     def protected_mask(self, pos: torch.Tensor, now: int, pins: Spans) -> torch.Tensor:
         """True where a slot may not be evicted: sinks, the recent window, pinned spans."""
         return (pos < self.protection.sinks) | (pos > now - self.protected) | pinned_mask(pos, pins)
@@ -304,10 +295,9 @@ class KVPolicy:
         new = layer.new_tokens
         if new > 1 and self.evicts:  # (a policy that never evicts never ranks)
             ranker.seed_new(layer.acc_before_new(), layer.fp.view("acc")[:, :, -new:])
-        mass = layer.take_mass()
+        mass = layer.take_mass()  # per KV head already (`confkv.attention` asks for the GQA mean)
         if mass is None:
             return []
-        mass = self.kv_head_mass(mass, layer.n_kv_heads)
         if not layer.q8.n:
             return [(layer.fp.view("acc"), mass)]
         q8_mass, fp_mass = mass.split([layer.q8.n, layer.fp.n], dim=-1)

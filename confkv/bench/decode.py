@@ -103,7 +103,7 @@ def run_decode_bench(
 
     gen = torch.Generator().manual_seed(seed)
     # Build (or load) the CPU decode kernel before any clock starts; the report says which path ran.
-    kernel = model.device.type == "cpu" and cpu_decode.enabled() and cpu_decode.kernel() is not None
+    kernel = model.device.type == "cpu" and cpu_decode.active()
     policies = {"full": get_policy("full"), "confkv": get_policy("confkv", confkv_overrides or {})}
     steps = whole_cycles(steps, policies["confkv"].slack)
     rows: list[DecodeRow] = []

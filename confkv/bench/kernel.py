@@ -14,7 +14,6 @@ report says so.
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -126,10 +125,10 @@ def run_kernel_bench(cfg: KernelBenchConfig) -> dict:
     gen = torch.Generator(device=device).manual_seed(0)
     q = torch.randn(cfg.batch, cfg.heads, 1, cfg.head_dim, generator=gen, device=device, dtype=dtype)
     backend = select_backend(q)
-    if backend == "reference" and q.device.type == "cpu" and os.environ.get("CONFKV_ATTENTION", "") != "reference":
+    if backend == "reference" and q.device.type == "cpu":
         from confkv.kernels import cpu_decode
 
-        if cpu_decode.enabled() and cpu_decode.kernel() is not None:  # built before any timing
+        if cpu_decode.active():  # built here, before any timing
             backend = "cpu-kernel"
     rows: list[BenchRow] = []
     for length in cfg.lengths:

@@ -19,7 +19,14 @@ import os
 import torch
 
 from confkv.kernels.reference import reference_attention
-from confkv.kernels.segments import SegmentedKV, channel_scales, dequantize, quantize_int8, quantize_keys
+from confkv.kernels.segments import (
+    SegmentedKV,
+    channel_scales,
+    dequantize,
+    kv_head_mean,
+    quantize_int8,
+    quantize_keys,
+)
 
 __all__ = [
     "SegmentedKV",
@@ -85,10 +92,8 @@ def segmented_attention(
     ranks by; the CPU decode kernel reduces it in the same call).
     """
     out, mass = _attention(q, kv, q_pos, scaling, return_mass, check, causal_tail, kv_head_mass)
-    if mass is not None and kv_head_mass and mass.shape[1] != kv.reference_tensor().shape[1]:
-        b, hq, t = mass.shape
-        hkv = kv.reference_tensor().shape[1]
-        mass = mass.view(b, hkv, hq // hkv, t).mean(dim=2)
+    if mass is not None and kv_head_mass:  # the C++ kernel reduced it already; the other paths did not
+        mass = kv_head_mean(mass, kv.reference_tensor().shape[1])
     return out, mass
 
 
@@ -100,7 +105,7 @@ def _attention(q, kv, q_pos, scaling, return_mass, check, causal_tail, kv_head_m
         if causal_tail:
             q_pos = kv.pos_fp[:, 0, -causal_tail:]
         return triton_attention(q, kv, q_pos, scaling, return_mass, check=check)
-    if q_pos is None and causal_tail <= 1 and os.environ.get(BACKEND_ENV, "").strip().lower() != "reference":
+    if q_pos is None and causal_tail <= 1:
         from confkv.kernels import cpu_decode
 
         trusted = not check  # the cache's own segments: no layout checks either

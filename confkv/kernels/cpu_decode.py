@@ -34,7 +34,18 @@ _ERROR: list[str] = []
 
 
 def enabled() -> bool:
+    """Not turned off: neither `CONFKV_CPU_KERNEL=0` nor `CONFKV_ATTENTION=reference` (which means the reference only)."""
+    from confkv.kernels import BACKEND_ENV
+
+    if os.environ.get(BACKEND_ENV, "").strip().lower() == "reference":
+        return False
     return os.environ.get(ENV, "1").strip() not in ("0", "false", "no", "off")
+
+
+def active() -> bool:
+    """Whether one-query CPU calls run the kernel in this process: enabled, and built (the build happens here, so a
+    benchmark calls this before its clocks start)."""
+    return enabled() and kernel() is not None
 
 
 def _cpu_flags() -> str:
@@ -86,12 +97,12 @@ def usable(q: torch.Tensor, kv: SegmentedKV, trusted: bool = False) -> bool:
     """A one-query CPU call whose K/V rows are contiguous and dtypes as the cache stores them. `trusted`: the
     segments come from the cache itself (always laid out so): only the call's shape and the build are checked,
     since these checks cost about as much as the kernel call on a small model."""
-    if q.dim() != 4 or q.device.type != "cpu" or q.shape[2] != 1 or not enabled():
+    if q.dim() != 4 or q.device.type != "cpu" or q.shape[2] != 1 or not active():
         return False
     if q.requires_grad and torch.is_grad_enabled():  # the kernel has no backward
         return False
     if trusted:
-        return kernel() is not None
+        return True
     tensors = [t for t in (kv.k_q, kv.v_q, kv.k_fp, kv.v_fp) if t is not None and t.shape[2]]
     tensors += [kv.k_channel] if kv.k_channel is not None else []
     if any(t.stride(-1) != 1 for t in tensors) or (kv.n_fp and not kv.k_fp.dtype == kv.v_fp.dtype == q.dtype):
@@ -100,7 +111,7 @@ def usable(q: torch.Tensor, kv: SegmentedKV, trusted: bool = False) -> bool:
                           and kv.k_scale.dtype == kv.v_scale.dtype == torch.float32
                           and (kv.k_channel is None or kv.k_channel.dtype == torch.float32)):
         return False
-    return kernel() is not None
+    return True
 
 
 def decode_attention(

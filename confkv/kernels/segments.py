@@ -57,6 +57,13 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.
     return (q.float() * scale.float().unsqueeze(-1)).to(dtype)
 
 
+def kv_head_mean(mass: torch.Tensor, h_kv: int) -> torch.Tensor:
+    """A KV head's mass `[B, H_kv, T]` from per-query-head mass `[B, H_q, T]`: the mean over its GQA group (mass that
+    is per KV head already passes through)."""
+    b, hq, t = mass.shape
+    return mass if hq == h_kv else mass.view(b, h_kv, hq // h_kv, t).mean(dim=2)
+
+
 def _length(t: torch.Tensor | None) -> int:
     return 0 if t is None else int(t.shape[2])
 
