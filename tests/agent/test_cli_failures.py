@@ -118,13 +118,12 @@ def test_a_5mb_intent_is_refused_at_once_and_long_text_is_clipped_on_screen(tmp_
     assert len(console.export_text()) < 3000
 
 
-def _wait_for_live_dir(tmp: Path, proc: subprocess.Popen[str], timeout: float = 90) -> None:
+def _wait_for_marker(marker: Path, proc: subprocess.Popen[str], timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
-    while not list(tmp.glob("confkv-live-*")):
+    while not marker.exists():
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the eval never started its sites"
-        time.sleep(0.2)
-    time.sleep(2.0)  # into the episode
+        assert time.monotonic() < deadline, "the eval never reached its first step"
+        time.sleep(0.1)
 
 
 @pytest.mark.browser
@@ -143,13 +142,22 @@ def test_signals_clean_up_and_say_how_to_resume(tmp_path: Path, sig: int, code: 
 
 
 def _interrupt_an_eval(tmp: Path, db: Path, sig: int, code: int, word: str) -> None:
-    # a runner started in the background inherits SIGINT as ignored: give the child Python's Ctrl-C handler back
-    boot = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); " \
+    # a runner started in the background inherits SIGINT as ignored: give the child Python's Ctrl-C handler back.
+    # The scripted agent's first step is held (it touches a marker, then sleeps), so the signal always lands inside
+    # an episode: a fixed sleep raced a fast machine, where the whole episode ended before the signal came.
+    marker = tmp / "in-step"
+    boot = "import signal, sys, time; from pathlib import Path; signal.signal(signal.SIGINT, signal.default_int_handler)\n" \
+           "from agent.model_policy import ScriptedAgent\n" \
+           "act = ScriptedAgent.act\n" \
+           "def held(self, *a):\n" \
+           f"    Path({str(marker)!r}).touch(); time.sleep(120); return act(self, *a)\n" \
+           "ScriptedAgent.act = held\n" \
            "from agent.cli import main; main(sys.argv[1:])"  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-c", boot, "eval", str(TASK), "--policies", "scripted", "--db",
                              str(db)], cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
-    _wait_for_live_dir(tmp, proc)
+    _wait_for_marker(marker, proc)
+    assert list(tmp.glob("confkv-live-*"))  # the sites are up, so the cleanup below is tested
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
