@@ -4,7 +4,9 @@
 - the Triton kernel (`confkv.kernels.triton_decode`) when q is on CUDA and Triton imports;
 - a one-query call on CPU (a decode step) runs the compiled C++ kernel (`confkv.kernels.cpu_decode`) when it
   builds (`CONFKV_CPU_KERNEL=0` turns it off);
-- otherwise the PyTorch reference (`confkv.kernels.reference`): CPU prefill, and the oracle of both kernels.
+- a CPU prefill chunk (`causal_tail` = its L > 1 queries) runs torch's fused flash attention for the output and
+  the compiled mass kernel (`confkv.kernels.cpu_prefill`), under the same switch;
+- otherwise the PyTorch reference (`confkv.kernels.reference`): general `q_pos`, and the oracle of the kernels.
 `CONFKV_ATTENTION=reference|triton` overrides the choice (`triton` on CPU tensors needs `TRITON_INTERPRET=1`;
 `reference` also skips the C++ decode kernel).
 Triton is imported lazily, so this package imports and runs on machines without it.
@@ -115,4 +117,15 @@ def _attention(q, kv, q_pos, scaling, return_mass, check, causal_tail, kv_head_m
         if cpu_decode.usable(q, kv, trusted=trusted):
             scale = q.shape[-1] ** -0.5 if scaling is None else scaling
             return cpu_decode.decode_attention(q, kv, scale, return_mass, kv_head_mass)
+    if q_pos is None and causal_tail > 1:
+        from confkv.kernels import cpu_prefill
+
+        if check:
+            kv.validate(q, q_pos)
+            check = False
+        if cpu_prefill.usable(q, kv, causal_tail):
+            scale = q.shape[-1] ** -0.5 if scaling is None else scaling
+            done = cpu_prefill.prefill_attention(q, kv, scale, return_mass, kv_head_mass)
+            if done is not None:
+                return done
     return reference_attention(q, kv, q_pos, scaling, return_mass, check=check, causal_tail=causal_tail)

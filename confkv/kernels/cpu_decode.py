@@ -27,7 +27,7 @@ import torch
 from confkv.kernels.segments import SegmentedKV
 
 ENV = "CONFKV_CPU_KERNEL"
-SOURCE = Path(__file__).with_name("cpu_decode.cpp")
+SOURCES = [Path(__file__).with_name(n) for n in ("cpu_decode.cpp", "cpu_prefill.cpp")]
 FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"]
 STALE_LOCK_S = 600  # a real build takes about a minute
 _ERROR: list[str] = []
@@ -73,7 +73,7 @@ def kernel() -> Any | None:
         pass
     from torch.utils.cpp_extension import _get_build_directory
 
-    digest = hashlib.sha256(SOURCE.read_bytes() + _cpu_flags().encode() + " ".join(FLAGS).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES) + _cpu_flags().encode() + " ".join(FLAGS).encode()).hexdigest()[:12]
     name = f"confkv_cpu_decode_{digest}"
     try:
         build = Path(_get_build_directory(name, verbose=False))
@@ -83,7 +83,7 @@ def kernel() -> Any | None:
             lock.unlink(missing_ok=True)
         if not (build / f"{name}.so").exists():
             print(f"confkv: building the CPU decode kernel once (about a minute; {ENV}=0 skips it)", file=sys.stderr)
-        return load(name=name, sources=[str(SOURCE)], extra_cflags=FLAGS, verbose=False)
+        return load(name=name, sources=[str(p) for p in SOURCES], extra_cflags=FLAGS, verbose=False)
     except Exception as exc:  # a broken toolchain must not break decoding: the reference path runs instead
         _ERROR.append(f"{type(exc).__name__}: {exc}")
         return None

@@ -1,0 +1,96 @@
+"""A CPU prefill chunk: fused flash attention for the output, the compiled kernel for the mass, against the
+PyTorch reference (their oracle) on the cache's causal-tail layout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from confkv.kernels import SegmentedKV, cpu_decode, cpu_prefill, reference_attention, segmented_attention
+
+needs_kernel = pytest.mark.skipif(cpu_decode.kernel() is None, reason=f"no CPU kernel: {cpu_decode.build_error()}")
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("n8", "nf", "n_q", "channel", "group"),
+                         [(37, 70, 70, True, 3), (0, 21, 5, False, 1), (130, 2, 2, True, 4), (3, 9, 9, False, 2)])  # fmt: skip
+def test_a_chunk_matches_the_reference(dtype, n8, nf, n_q, channel, group):
+    # keys cross the kernel's 64-key tiles, the chunk's causal tail crosses them too, and query blocks are ragged
+    torch.manual_seed(n8 + nf + n_q)
+    b, hkv, d = 2, 2, 16
+    kv = SegmentedKV.from_dense(torch.randn(b, hkv, n8 + nf, d).to(dtype), torch.randn(b, hkv, n8 + nf, d).to(dtype),
+                                n8, channel_keys=channel)  # fmt: skip
+    q = torch.randn(b, hkv * group, n_q, d).to(dtype)
+    assert cpu_prefill.usable(q, kv, n_q)
+    want_out, want_mass = reference_attention(q, kv, None, 0.3, True, causal_tail=n_q)
+    out, mass = cpu_prefill.prefill_attention(q, kv, 0.3, True)
+    assert out.dtype == dtype and out.shape == want_out.shape
+    # the output carries the model dtype's rounding of the probabilities (as full's SDPA does); the mass is fp32
+    tol = {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 3e-2, "rtol": 2e-2}
+    torch.testing.assert_close(out.float(), want_out.float(), **tol)
+    torch.testing.assert_close(mass, want_mass, atol=1e-5 if dtype == torch.float32 else 2e-3, rtol=1e-3)
+    torch.testing.assert_close(mass.sum(-1), torch.ones(b, hkv * group), atol=1e-4, rtol=1e-4)
+    assert bool((mass > 0).all())  # each key is seen by the chunk's last query at least
+    _, per_kv_head = segmented_attention(q, kv, None, 0.3, True, causal_tail=n_q, kv_head_mass=True)
+    torch.testing.assert_close(per_kv_head, want_mass.view(b, hkv, group, -1).mean(dim=2),
+                               atol=1e-5 if dtype == torch.float32 else 2e-3, rtol=1e-3)  # fmt: skip
+    _, no_mass = cpu_prefill.prefill_attention(q, kv, 0.3, False)
+    assert no_mass is None
+
+
+@needs_kernel
+def test_the_last_query_sees_its_own_token_and_the_first_does_not_see_later_ones():
+    # the causal tail, checked by mass: query 0 gives the chunk's later tokens exactly 0
+    torch.manual_seed(3)
+    k = torch.randn(1, 1, 10, 8)
+    kv = SegmentedKV.from_dense(k, torch.randn(1, 1, 10, 8), 0)
+    q = torch.randn(1, 1, 1, 8).expand(1, 1, 4, 8).contiguous()  # four equal queries, tail = the last 4 keys
+    _, per_query = cpu_prefill.prefill_attention(q[:, :, :1].expand(1, 1, 4, 8).contiguous(), kv, 1.0, True)
+    _, ref = reference_attention(q, kv, None, 1.0, True, causal_tail=4)
+    torch.testing.assert_close(per_query, ref, atol=1e-6, rtol=1e-4)
+    # by hand: query l sees keys 0..6+l; averaged over the 4 queries, key 9 is seen by query 3 alone
+    s = (q[0, 0, 0] @ k[0, 0].T)
+    probs = [torch.softmax(s[: 7 + l], 0) for l in range(4)]
+    assert float(per_query[0, 0, 9]) == pytest.approx(float(probs[3][9]) / 4, rel=1e-4)
+
+
+@needs_kernel
+def test_segmented_attention_routes_chunks_to_it_unless_switched_off(monkeypatch):
+    calls: list[int] = []
+    real = cpu_prefill.prefill_attention
+    monkeypatch.setattr(cpu_prefill, "prefill_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    kv = SegmentedKV.from_dense(torch.randn(1, 2, 12, 8), torch.randn(1, 2, 12, 8), 6)
+    segmented_attention(torch.randn(1, 4, 3, 8), kv, causal_tail=3, return_mass=True, check=True)
+    assert calls == [1]
+    segmented_attention(torch.randn(1, 4, 3, 8), kv, q_pos=torch.tensor([[7, 8, 9]]))  # positions: the reference
+    segmented_attention(torch.randn(1, 4, 1, 8), kv, causal_tail=1)  # a decode step: the decode kernel
+    monkeypatch.setenv(cpu_decode.ENV, "0")
+    segmented_attention(torch.randn(1, 4, 3, 8), kv, causal_tail=3)
+    monkeypatch.setenv(cpu_decode.ENV, "1")
+    monkeypatch.setenv("CONFKV_ATTENTION", "reference")
+    segmented_attention(torch.randn(1, 4, 3, 8), kv, causal_tail=3)
+    assert calls == [1]
+
+
+@needs_kernel
+@pytest.mark.parametrize("name", ["confkv", "h2o"])
+def test_a_session_prefills_and_decodes_the_same_tokens_with_and_without_it(monkeypatch, name):
+    from confkv.policies import get_policy
+    from confkv.session import ConfKVSession
+    from confkv.testing import tiny_model
+
+    model, _ = tiny_model("llama")
+    policy = get_policy(name, {"prefill_chunk": "16", "protect": "4"})
+    policy = policy.with_values(**({"n_low": 12, "n_high": 20, "int8_after": 6} if name == "confkv" else
+                                   {"budget": 20}))  # fmt: skip
+
+    def run() -> tuple[list[int], list[int]]:
+        session = ConfKVSession(model, policy)
+        session.append(list(range(3, 90)))  # six chunks, evicting after each
+        kept = session.cache.layers[0].positions().flatten().tolist()
+        return kept, session.decode(8)
+
+    with_kernel = run()
+    monkeypatch.setenv(cpu_decode.ENV, "0")
+    assert run() == with_kernel
