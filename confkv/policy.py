@@ -114,9 +114,12 @@ class Storage:
     int8_after: int | None = None
     key_scales: str = "channel"  # INT8 keys: "channel" (per-channel pre-scaling, KIVI-style) or "token" (per token only)
     prefill_chunk: int = 512
-    # 16 from a sweep (SmolLM2-135M, 4K context, 99 decode steps, speed vs plain DynamicCache in one run):
-    # slack 0 -> 1.15x, 16 -> 1.29x, 32 -> 1.29x, 64 -> 1.30x; the cost is up to 16 extra kept tokens per layer.
-    slack: int = 16
+    # 32 by measurement. A first sweep (SmolLM2-135M, 4K context, AVX2 machine, PyTorch decode path) found
+    # 0 -> 1.15x, 16 -> 1.29x, 32 -> 1.29x, 64 -> 1.30x of plain DynamicCache speed. With the compiled decode kernel
+    # the passes themselves became the larger part of the bookkeeping (AMX machine, `bench decode --contexts
+    # 1024,4096,8192 --repeats 3 --steps 34`, fp32): slack 16 -> 0.99x at 1K, bookkeeping 6.2-7.1% of a step;
+    # 32 -> 1.03x / 1.57x / 2.39x, bookkeeping 4.1 / 4.3 / 4.9%. The cost: up to 32 extra kept tokens per layer.
+    slack: int = 32
     # Recallable eviction: evicted slots move to a cold tier of this many tokens per layer (0: dropped for good) that
     # attention skips; when the budget rises (the gate opens) a layer refills its room from it (`ConfKVLayer.recall`).
     cold: int = 0

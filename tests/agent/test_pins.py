@@ -85,12 +85,12 @@ def test_pin_before_append_protects_a_long_chunked_prefill(tiny):
     from confkv.session import ConfKVSession
 
     model, _ = tiny
-    session = ConfKVSession(model, get_policy("sliding", {"budget": "16", "prefill_chunk": "8"}))
+    session = ConfKVSession(model, get_policy("sliding", {"budget": "16", "prefill_chunk": "8", "slack": "8"}))
     session.append(torch.arange(3, 43), pin=True)  # 40 tokens in 5 chunks, budget 16
     session.append(torch.arange(3, 43))  # unpinned: the budget applies
     for layer in session.cache.layers:
         kept = set(layer.positions()[0, 0].tolist())
-        assert set(range(40)) <= kept and layer.physical_length <= 40 + 16 + 8
+        assert set(range(40)) <= kept and layer.physical_length <= 40 + 16 + 8  # pins + budget + slack
 
 
 def test_the_system_prompt_is_prefilled_once_per_process_and_forked_per_episode(tiny):
