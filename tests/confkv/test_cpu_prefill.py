@@ -50,8 +50,8 @@ def test_the_last_query_sees_its_own_token_and_the_first_does_not_see_later_ones
     _, ref = reference_attention(q, kv, None, 1.0, True, causal_tail=4)
     torch.testing.assert_close(per_query, ref, atol=1e-6, rtol=1e-4)
     # by hand: query l sees keys 0..6+l; averaged over the 4 queries, key 9 is seen by query 3 alone
-    s = (q[0, 0, 0] @ k[0, 0].T)
-    probs = [torch.softmax(s[: 7 + l], 0) for l in range(4)]
+    s = q[0, 0, 0] @ k[0, 0].T
+    probs = [torch.softmax(s[: 7 + i], 0) for i in range(4)]
     assert float(per_query[0, 0, 9]) == pytest.approx(float(probs[3][9]) / 4, rel=1e-4)
 
 
