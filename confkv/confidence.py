@@ -28,6 +28,19 @@ def confidence(
         raise ValueError(f"confidence needs a vocabulary of at least 2 tokens, got {logits.shape[-1]}")
     w_e, w_m, w_p = (float(w) for w in weights)
     vocab = logits.shape[-1]
+    if logits.device.type == "cpu" and not (logits.requires_grad and torch.is_grad_enabled()):
+        from confkv.kernels import cpu_decode
+
+        if cpu_decode.active():  # the same formula in two passes per row (cpu_confidence.cpp); this one is its oracle
+            rows = logits.reshape(-1, vocab).float().contiguous()
+            return cpu_decode.kernel().confidence_rows(rows, w_e, w_m, w_p, rescale).view(logits.shape[:-1])
+    return reference_confidence(logits, (w_e, w_m, w_p), rescale)
+
+
+def reference_confidence(logits: torch.Tensor, weights: Sequence[float], rescale: bool = False) -> torch.Tensor:
+    """`confidence` in tensor ops (any device; the compiled CPU path is tested against it)."""
+    w_e, w_m, w_p = (float(w) for w in weights)
+    vocab = logits.shape[-1]
     # From z = x - max(x) alone: log p = z - log S with S = sum(exp z), so H = log S - sum(exp(z) z) / S, the top-2
     # log-prob margin is -z2 (z2 the runner-up) and max p = 1 / S. Why not log_softmax + topk: this runs once per
     # decode step and its cost is vocabulary passes; index-returning reductions (topk, max) cost ~20 cheap passes.

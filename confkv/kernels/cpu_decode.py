@@ -27,7 +27,8 @@ import torch
 from confkv.kernels.segments import SegmentedKV
 
 ENV = "CONFKV_CPU_KERNEL"
-SOURCES = [Path(__file__).with_name(n) for n in ("cpu_decode.cpp", "cpu_prefill.cpp")]
+SOURCES = [Path(__file__).with_name(n) for n in ("cpu_decode.cpp", "cpu_prefill.cpp", "cpu_confidence.cpp")]
+HEADERS = [Path(__file__).with_name("cpu_simd.h")]  # part of the build's identity, not compiled on their own
 FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"]
 STALE_LOCK_S = 600  # a real build takes about a minute
 _ERROR: list[str] = []
@@ -73,7 +74,7 @@ def kernel() -> Any | None:
         pass
     from torch.utils.cpp_extension import _get_build_directory
 
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES) + _cpu_flags().encode() + " ".join(FLAGS).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES + HEADERS) + _cpu_flags().encode() + " ".join(FLAGS).encode()).hexdigest()[:12]
     name = f"confkv_cpu_decode_{digest}"
     try:
         build = Path(_get_build_directory(name, verbose=False))

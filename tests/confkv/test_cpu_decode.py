@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
 import torch
 
@@ -53,6 +56,12 @@ def test_segmented_attention_routes_decode_to_the_kernel_and_the_rest_to_the_ref
     monkeypatch.setenv(cpu_decode.ENV, "0")
     segmented_attention(torch.randn(1, 4, 1, 8), kv)
     assert calls == [1]
+
+
+@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None, reason="no C++ compiler on PATH")
+def test_the_kernels_build_where_there_is_a_compiler():
+    # the fallback must not hide a broken kernel source: where a compiler is (scripts/test.sh installs one), it builds
+    assert cpu_decode.kernel() is not None, cpu_decode.build_error()
 
 
 def test_a_missing_compiler_falls_back_with_the_reason(monkeypatch):

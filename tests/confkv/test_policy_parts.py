@@ -165,3 +165,23 @@ def test_confidence_matches_the_softmax_formula_term_by_term() -> None:
     expected = 0.4 * (1 - entropy / math.log(2000)) + 0.3 * torch.sigmoid(top[:, 0] - top[:, 1]) + 0.3 * p.amax(-1)
     torch.testing.assert_close(confidence(logits), expected, atol=1e-5, rtol=0)
     assert confidence(logits[3]).item() == pytest.approx(expected[3].item(), abs=1e-5)
+
+
+@pytest.mark.parametrize("vocab", [2, 17, 49152])
+@pytest.mark.parametrize("rescale", [False, True])
+def test_the_compiled_confidence_matches_its_tensor_op_reference(vocab: int, rescale: bool) -> None:
+    from confkv.confidence import reference_confidence
+    from confkv.kernels import cpu_decode
+
+    if cpu_decode.kernel() is None:
+        pytest.skip(f"no CPU kernel: {cpu_decode.build_error()}")
+    torch.manual_seed(vocab)
+    logits = torch.randn(2, 3, vocab) * 4
+    logits[0, 1, :2] = logits[0, 1].max() + 1  # a tie for the top: margin 0
+    logits[1, 0, 1:] = float("-inf")  # masked: one token left
+    logits[1, 2] = 0.0  # uniform
+    got = confidence(logits, rescale=rescale)
+    assert got.shape == (2, 3) and got.dtype == torch.float32
+    torch.testing.assert_close(got, reference_confidence(logits, (0.4, 0.3, 0.3), rescale), atol=2e-6, rtol=0)
+    torch.testing.assert_close(confidence(logits.bfloat16()), reference_confidence(logits.bfloat16(), (0.4, 0.3, 0.3)),
+                               atol=2e-6, rtol=0)  # fmt: skip
