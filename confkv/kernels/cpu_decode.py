@@ -18,6 +18,7 @@ import hashlib
 import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -57,9 +58,20 @@ def _cpu_flags() -> str:
     return next((line for line in text.splitlines() if line.startswith("flags")), "")
 
 
-@functools.cache
+_BUILD_LOCK = threading.Lock()  # functools.cache alone lets two threads' first calls both build and load
+
+
 def kernel() -> Any | None:
-    """The compiled extension module, or None (no compiler, build failure): built at most once per process."""
+    """The compiled extension module, or None (no compiler, build failure): built at most once per process, also
+    when several threads ask first at once (`tests` and a server thread, say)."""
+    if _built.cache_info().currsize:
+        return _built()
+    with _BUILD_LOCK:
+        return _built()
+
+
+@functools.cache
+def _built() -> Any | None:
     if shutil.which(os.environ.get("CXX", "c++")) is None:
         _ERROR.append("no C++ compiler on PATH")
         return None

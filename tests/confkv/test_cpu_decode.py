@@ -67,7 +67,7 @@ def test_the_kernels_build_where_there_is_a_compiler():
 def test_a_missing_compiler_falls_back_with_the_reason(monkeypatch):
     monkeypatch.setattr(cpu_decode.shutil, "which", lambda _name: None)
     monkeypatch.setattr(cpu_decode, "_ERROR", [])
-    cpu_decode.kernel.cache_clear()
+    cpu_decode._built.cache_clear()
     try:
         assert cpu_decode.kernel() is None and "no C++ compiler" in cpu_decode.build_error()
         k = torch.randn(1, 2, 5, 8)
@@ -77,7 +77,7 @@ def test_a_missing_compiler_falls_back_with_the_reason(monkeypatch):
         out, _ = segmented_attention(q, kv)  # the reference still answers
         torch.testing.assert_close(out, reference_attention(q, kv)[0])
     finally:
-        cpu_decode.kernel.cache_clear()
+        cpu_decode._built.cache_clear()
 
 
 @needs_kernel
@@ -122,3 +122,23 @@ def test_a_session_decodes_the_same_tokens_with_and_without_the_kernel(monkeypat
     with_kernel = run()
     monkeypatch.setenv(cpu_decode.ENV, "0")
     assert run() == with_kernel
+
+
+def test_threads_asking_first_at_once_build_once(monkeypatch):
+    import threading
+    import time
+
+    builds: list[int] = []
+    # a slow build attempt (no compiler found after 0.2 s): without the lock every thread would start its own
+    monkeypatch.setattr(cpu_decode.shutil, "which", lambda _name: builds.append(1) or time.sleep(0.2) or None)
+    cpu_decode._built.cache_clear()
+    try:
+        threads = [threading.Thread(target=cpu_decode.kernel) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert builds == [1]
+    finally:
+        monkeypatch.undo()
+        cpu_decode._built.cache_clear()
