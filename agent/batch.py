@@ -70,18 +70,6 @@ def run_config(policy: str, settings: AgentSettings) -> tuple[str, dict[str, Any
     return settings.model, config
 
 
-def load_model(name: str, int8: bool = False, dtype: str | None = None) -> tuple[Any, Any]:
-    """`confkv.models.load` in `dtype`, optionally with dynamic INT8 Linear layers (a CPU speed-up, see
-    `confkv.models.int8`; those keep fp32 activations, so INT8 implies fp32)."""
-    from confkv.models import load
-    from confkv.models.int8 import int8_linears
-
-    model, tokenizer = load(name, dtype="fp32" if int8 else dtype)
-    if int8:
-        model = int8_linears(model)
-    return model, tokenizer
-
-
 class Worker:
     """Everything an episode needs that is expensive to make: the model, the sites, a store handle."""
 
@@ -104,7 +92,9 @@ class Worker:
         from confkv.policies import get_policy
 
         if self._model is None:
-            self._model = load_model(self.settings.model, self.settings.int8, self.settings.dtype)
+            from confkv.models import load_for_inference
+
+            self._model = load_for_inference(self.settings.model, self.settings.dtype, self.settings.int8)
         model, tokenizer = self._model
         return ModelAgent(model, tokenizer, get_policy(policy, self.settings.overrides),
                            constrained=self.settings.constrained, reasoning=self.settings.reasoning,
@@ -249,7 +239,9 @@ def run_forced_batch(
     if SCRIPTED in policies:
         raise ValueError("--mode forced scores KV policies; 'scripted' has no cache to score")
     check_policy_names(policies, settings.overrides)
-    model, tokenizer = load_model(settings.model, settings.int8, settings.dtype)
+    from confkv.models import load_for_inference
+
+    model, tokenizer = load_for_inference(settings.model, settings.dtype, settings.int8)
     specs = forced_specs(policies, settings.overrides, budgets, model)
     agent = {"constrained": settings.constrained, "reasoning": settings.reasoning, "int8": settings.int8,
              "dtype": settings.dtype}  # fmt: skip

@@ -131,10 +131,10 @@ def run_bench(model_name: str, modes: Sequence[str] = ("free", "constrained"), p
               "int8"), limit: int | None = None, loader: Callable[[str, bool, str], tuple[Any, Any]] | None = None,
               progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:  # fmt: skip
     """Accuracy and speed per (precision, mode); returns the JSON report."""
-    from agent.batch import load_model
     from agent.model_policy import ModelAgent
+    from confkv.models import load_for_inference
 
-    loader = loader or load_model
+    loader = loader or (lambda name, int8, dtype: load_for_inference(name, dtype, int8))
     progress("capturing observations from the sites")
     cases = capture_cases(CASES[:limit] if limit else CASES)
     report: dict[str, Any] = {"model": model_name, "cases": [c.name for c in cases], "configs": {}}

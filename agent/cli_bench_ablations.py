@@ -17,10 +17,11 @@ from agent.cli_options import checked_dtype, dtype_option
 
 
 def _run(model: str, tokens: int, dtype: str, job: Callable[[Any, list[int]], dict[str, Any]]) -> dict[str, Any]:
-    from confkv.bench.common import CorpusMissingError, corpus_ids, load_model
+    from confkv.bench.common import CorpusMissingError, corpus_ids
+    from confkv.models import load_for_inference
 
     name = checked_dtype(dtype)
-    mdl, tokenizer = load_model(model, dtype=name)
+    mdl, tokenizer = load_for_inference(model, dtype=name)
     try:
         ids = corpus_ids(tokenizer, tokens)
     except (CorpusMissingError, ValueError) as exc:

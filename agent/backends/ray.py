@@ -63,11 +63,10 @@ class EpisodeActor:
         import ray
 
         if ray.get_gpu_ids() and self.worker._model is None:
-            from agent.batch import load_model
+            from confkv.models import load_for_inference
 
-            settings = self.worker.settings
-            model, tokenizer = load_model(settings.model, settings.int8, settings.dtype)
-            self.worker._model = (model.to("cuda"), tokenizer)
+            settings = self.worker.settings  # (on the GPU ray gave this actor, unless INT8: that stays on the CPU)
+            self.worker._model = load_for_inference(settings.model, settings.dtype, settings.int8)
 
     def run(self, task: Any, policy: str) -> tuple[str, dict[str, Any], dict[str, list[dict[str, Any]]]]:
         from agent.batch import SCRIPTED, run_config

@@ -200,21 +200,3 @@ def fmt(value: Any, digits: int = 2) -> str:
     if isinstance(value, tuple):
         return " to ".join(fmt(v, digits) for v in value)
     return str(value)
-
-
-def load_model(name: str, dtype: str | None = "auto", int8: bool = False):
-    """A registry model (or HF dir) in eval mode on the GPU when there is one; returns (model, tokenizer).
-    `dtype` as in `confkv.models.dtype` (auto: bf16 where the hardware has it); `int8`: dynamic INT8 Linear layers
-    (CPU only, fp32 activations; see `confkv.models.int8`)."""
-    import torch
-
-    from confkv.models import load
-    from confkv.models.int8 import int8_linears
-
-    model, tokenizer = load(name, dtype="fp32" if int8 else dtype)
-    if int8:
-        return int8_linears(model).eval(), tokenizer
-    if torch.cuda.is_available():
-        model = model.to("cuda")
-    model.eval()
-    return model, tokenizer

@@ -167,9 +167,10 @@ def plot_scatter(result: dict, path) -> None:
 def run(model_name: str, quick: bool, out_dir, n_positions: int | None = None, ablate: int = 256,
         progress: Progress | None = None, dtype: str | None = "auto") -> tuple[dict, list]:
     """The `bench klshift` command: writes klshift-<model>.json and a scatter PNG."""
-    from confkv.bench.common import corpus_ids, load_model, save_outputs
+    from confkv.bench.common import corpus_ids, save_outputs
+    from confkv.models import load_for_inference
 
-    model, tokenizer = load_model(model_name, dtype)
+    model, tokenizer = load_for_inference(model_name, dtype)
     limit = getattr(model.config, "max_position_embeddings", None) or 4096
     cfg = KLShiftConfig(n_tokens=1024 if quick else min(4096, limit), n_positions=n_positions or (48 if quick else 128),
                         ablate=ablate)

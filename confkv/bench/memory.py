@@ -115,11 +115,12 @@ def gate_from_results(path: Path) -> tuple[list[bool], dict]:
 
 def gate_from_generation(model_name: str, n_new: int) -> tuple[list[bool], dict]:
     """Per-token gate states of a short greedy generation with `confkv` after a corpus prompt."""
-    from confkv.bench.common import corpus_ids, load_model
+    from confkv.bench.common import corpus_ids
+    from confkv.models import load_for_inference
     from confkv.policies import get_policy
     from confkv.session import ConfKVSession
 
-    model, tokenizer = load_model(model_name)
+    model, tokenizer = load_for_inference(model_name)
     policy = get_policy("confkv")
     session = ConfKVSession(model, policy)
     session.append(corpus_ids(tokenizer, 256))

@@ -291,9 +291,10 @@ def run(model_name: str, quick: bool, out_dir, lengths: tuple[int, ...] | None =
         policies: tuple[str, ...] = POLICIES, int8: bool = False, match: str = "confkv",
         match_total: bool = False) -> tuple[dict, list]:
     """The `bench niah` command: writes niah-<model>.json, a heatmap PNG and the trace PNG."""
-    from confkv.bench.common import corpus_ids, load_model, save_outputs
+    from confkv.bench.common import corpus_ids, save_outputs
+    from confkv.models import load_for_inference
 
-    model, tokenizer = load_model(model_name, dtype, int8)
+    model, tokenizer = load_for_inference(model_name, dtype, int8)
     limit = getattr(model.config, "max_position_embeddings", None) or 32768
     if lengths is None:
         lengths = (512, 1024) if quick else tuple(n for n in (1024, 2048, 4096, 8192, 16384, 32768) if n <= limit)

@@ -221,9 +221,10 @@ def run(
     int8: bool = False, policies: tuple[str, ...] | None = None,
 ) -> tuple[dict, list]:
     """The `bench ppl` command: load the model and text, run, write `ppl-<model>.json/.png`; returns (result, paths)."""
-    from confkv.bench.common import corpus_ids, load_model, save_outputs
+    from confkv.bench.common import corpus_ids, save_outputs
+    from confkv.models import load_for_inference
 
-    model, tokenizer = load_model(model_name, dtype, int8)
+    model, tokenizer = load_for_inference(model_name, dtype, int8)
     limit = getattr(model.config, "max_position_embeddings", None) or 4096
     n = n_tokens or (1024 if quick else min(4096, limit))
     cfg = PplConfig(

@@ -11,6 +11,7 @@ from confkv.models.load import (
     confkv_home,
     list_models,
     load,
+    load_for_inference,
     model_dir,
     pull,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "get_spec",
     "list_models",
     "load",
+    "load_for_inference",
     "model_dir",
     "pull",
 ]
