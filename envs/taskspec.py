@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from envs.safe_yaml import YamlLimitError, load_limited
 from envs.server import PLACEHOLDER_RE, expand_url
 from envs.sites import SITES
+from envs.task_errors import YAML_TYPES, describe, located, short, yaml_line
 
 SiteName = Literal["shopping", "classifieds", "forum"]
 EvalType = Literal["string_match", "url_match", "program_html"]
@@ -190,7 +191,7 @@ def _semantic_errors(task: Task, local: bool, parse_step: StepParser | None) -> 
         return errors
     for i, part in enumerate(task.start_url.split(TAB_SEPARATOR)):
         if not any(part.strip().startswith(p) for p in PLACEHOLDERS):
-            errors.append((("start_url",), f"tab {i} {_short(part.strip())} must start with a site placeholder"))
+            errors.append((("start_url",), f"tab {i} {short(part.strip())} must start with a site placeholder"))
     id_range = ID_RANGES["cross-site" if len(task.sites) > 1 else task.sites[0]]
     if task.task_id not in id_range:
         kind = "cross-site" if len(task.sites) > 1 else task.sites[0]
@@ -211,7 +212,7 @@ def _solution_errors(task: Task, parse_step: StepParser | None) -> list[tuple[tu
             if parse_step is not None:
                 parse_step(line)
         except ValueError as exc:
-            errors.append((("reference_solution", i), f"{_short(line)}: {exc}"))
+            errors.append((("reference_solution", i), f"{short(line)}: {exc}"))
         if _STOP_RE.match(line) and i != len(steps) - 1:
             errors.append((("reference_solution", i), "stop must be the last action"))
     if "string_match" in task.eval.eval_types and not _STOP_RE.match(steps[-1]):
@@ -219,92 +220,22 @@ def _solution_errors(task: Task, parse_step: StepParser | None) -> list[tuple[tu
     return errors
 
 
-# ----------------------------------------------------------------------------------------------- error messages
-
-_YAML_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool", "list": "list", "dict": "mapping",
-               "NoneType": "null"}
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    """`repr(value)`, cut to a short prefix: a message never embeds a whole (possibly huge) value."""
-    if isinstance(value, str | bytes) and len(value) > limit:
-        return f"{value[:limit]!r}... ({len(value):,} characters)"
-    if isinstance(value, list | dict | tuple | set) and len(value) > 8:
-        return f"a {type(value).__name__} of {len(value):,} items"
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
-
-
-def _describe(err: Mapping[str, Any]) -> str:
-    """Turn a pydantic error into a sentence a task author understands."""
-    kind, value = err["type"], err.get("input")
-    if kind == "string_too_long":
-        return f"text is {len(value):,} characters; at most {err['ctx']['max_length']:,} allowed"
-    got = _YAML_TYPES.get(type(value).__name__, type(value).__name__)
-    expected = {"list_type": "a list", "string_type": "a string", "int_type": "an integer", "bool_type": "true or false",
-                "dict_type": "a mapping", "model_type": "a mapping", "float_type": "a number"}
-    if kind in expected:
-        hint = f" (quote it: '{_short(value)}')" if kind == "string_type" and isinstance(value, int | float) else ""
-        return f"expected {expected[kind]}, got {got}{hint}"
-    if kind == "missing":
-        return "required key is missing"
-    if kind == "extra_forbidden":
-        return "unknown key (not part of the task format; check the spelling)"
-    if kind == "literal_error":
-        return f"{err['msg'].replace('Input should be', 'expected')}, got {_short(value)}"
-    if kind == "value_error":
-        return str(err["msg"]).removeprefix("Value error, ")
-    return f"{err['msg']} (got {_short(value)})"
-
-
-def _loc_text(loc: tuple[Any, ...]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(task)"
-
-
-def _yaml_line(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
-    """1-based line of the deepest YAML node that `loc` reaches (the key itself for unknown keys)."""
-    line = node.start_mark.line + 1 if node is not None else None
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = next(((k, v) for k, v in node.value if getattr(k, "value", None) == part), None)
-            if match is None:
-                break
-            line, node = match[0].start_mark.line + 1, match[1]
-            line = node.start_mark.line + 1 if not isinstance(node, yaml.MappingNode | yaml.SequenceNode) else line
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-            line = node.start_mark.line + 1
-        else:
-            break
-    return line
-
-
-def _format(source: str, loc: tuple[Any, ...], message: str, line: int | None) -> str:
-    where = f" (line {line})" if line is not None else ""
-    if len(message) > 400:  # e.g. a validator that printed a long list
-        message = f"{message[:400]}... ({len(message):,} characters)"
-    return f"{source}: {_loc_text(loc)}: {message}{where}"
-
-
 def build_task(
     data: Any, source: str, local: bool, node: yaml.Node | None = None, parse_step: StepParser | None = None
 ) -> Task:
     """Validate one task mapping (`local`: our YAML rules too); raise TaskSpecError with every located problem."""
     if not isinstance(data, dict):
-        raise TaskSpecError([f"{source}: expected a mapping of task keys, got {_YAML_TYPES.get(type(data).__name__)}"])
+        raise TaskSpecError([f"{source}: expected a mapping of task keys, got {YAML_TYPES.get(type(data).__name__)}"])
     try:
         task = Task.model_validate(data)
     except ValidationError as exc:
         raise TaskSpecError(
-            [_format(source, tuple(e["loc"]), _describe(e), _yaml_line(node, tuple(e["loc"]))) for e in exc.errors()]
+            [located(source, tuple(e["loc"]), describe(e), yaml_line(node, tuple(e["loc"]))) for e in exc.errors()]
         ) from None
     task._source = source
     problems = _semantic_errors(task, local, parse_step)
     if problems:
-        raise TaskSpecError([_format(source, loc, msg, _yaml_line(node, loc)) for loc, msg in problems])
+        raise TaskSpecError([located(source, loc, msg, yaml_line(node, loc)) for loc, msg in problems])
     return task
 
 
@@ -329,7 +260,7 @@ def load_task(path: str | Path, parse_step: StepParser | None = None) -> Task:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise TaskSpecError([f"{path}{where}: malformed YAML: {_short(problem, 200)}"]) from None
+        raise TaskSpecError([f"{path}{where}: malformed YAML: {short(problem, 200)}"]) from None
     return build_task(data, str(path), local=True, node=node, parse_step=parse_step)
 
 
