@@ -5,10 +5,13 @@ segment, join it with the model-dtype one, cast, two matmuls, a softmax) cost ~3
 266 kept tokens, against ~50 µs for the plain cache's SDPA over all 1K tokens, and that difference was the 1K
 decode gap (`bench decode`). The kernel does the same fp32 math in one pass per query head.
 
-It is built on first use with the machine's C++ compiler (`torch.utils.cpp_extension.load`, ~1 min once, cached
-under torch's extensions directory, the name keyed by the source and the CPU's flags since it is built with
-`-march=native`). Without a compiler, or if the build fails, `kernel()` returns None once with the reason in
-`build_error()` and the reference path runs. `CONFKV_CPU_KERNEL=0` turns it off.
+This module also builds and owns the one extension every compiled CPU op lives in: this decode step, the prefill
+mass (`cpu_prefill.cpp`, used by `confkv.kernels.cpu_prefill`) and the per-step confidence (`cpu_confidence.cpp`,
+used by `confkv.confidence`). It is built on first use with the machine's C++ compiler
+(`torch.utils.cpp_extension.load`, ~1 min once, cached under torch's extensions directory, the name keyed by the
+sources and the CPU's flags since it is built with `-march=native`). Without a compiler, or if the build fails,
+`kernel()` returns None once with the reason in `build_error()` and the reference paths run. `CONFKV_CPU_KERNEL=0`
+turns all of them off.
 """
 
 from __future__ import annotations
