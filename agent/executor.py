@@ -151,15 +151,20 @@ def _centre(session: BrowserSession, backend: int) -> tuple[float, float] | None
 
     try:
         session.cdp_send("DOM.scrollIntoViewIfNeeded", {"backendNodeId": backend})
-        quad = session.cdp_send("DOM.getBoxModel", {"backendNodeId": backend})["model"]["border"]
+        # One quad per line box: a link that wraps over two lines has a bounding box whose centre can fall between
+        # its fragments (on the table cell, say), where a click does nothing; the first fragment's centre is on it.
+        quads = session.cdp_send("DOM.getContentQuads", {"backendNodeId": backend}).get("quads") or []
     except PlaywrightError:
         return None
-    xs, ys = quad[0::2], quad[1::2]
-    if max(xs) - min(xs) < 1 or max(ys) - min(ys) < 1:
-        return None
-    x, y = sum(xs) / 4, sum(ys) / 4
     width, height = session.viewport
-    return (x, y) if 0 <= x < width and 0 <= y < height else None
+    for quad in quads:
+        xs, ys = quad[0::2], quad[1::2]
+        if max(xs) - min(xs) < 1 or max(ys) - min(ys) < 1:
+            continue
+        x, y = sum(xs) / 4, sum(ys) / 4
+        if 0 <= x < width and 0 <= y < height:
+            return x, y
+    return None
 
 
 def _click_id(session: BrowserSession, target: int, observation: Observation | None, hover: bool = False) -> str:
