@@ -107,24 +107,18 @@ def _attention(q, kv, q_pos, scaling, return_mass, check, causal_tail, kv_head_m
         if causal_tail:
             q_pos = kv.pos_fp[:, 0, -causal_tail:]
         return triton_attention(q, kv, q_pos, scaling, return_mass, check=check)
-    if q_pos is None and causal_tail <= 1:
-        from confkv.kernels import cpu_decode
+    if q_pos is None:  # the compiled CPU paths: a decode step, or a prefill chunk (its causal tail)
+        from confkv.kernels import cpu_decode, cpu_prefill
 
         trusted = not check  # the cache's own segments: no layout checks either
         if check:
             kv.validate(q, q_pos)
             check = False  # done once: the reference need not repeat it
-        if cpu_decode.usable(q, kv, trusted=trusted):
-            scale = q.shape[-1] ** -0.5 if scaling is None else scaling
-            return cpu_decode.decode_attention(q, kv, scale, return_mass, kv_head_mass)
-    if q_pos is None and causal_tail > 1:
-        from confkv.kernels import cpu_prefill
-
-        if check:
-            kv.validate(q, q_pos)
-            check = False
-        if cpu_prefill.usable(q, kv, causal_tail):
-            scale = q.shape[-1] ** -0.5 if scaling is None else scaling
+        scale = q.shape[-1] ** -0.5 if scaling is None else scaling
+        if causal_tail <= 1:
+            if cpu_decode.usable(q, kv, trusted=trusted):
+                return cpu_decode.decode_attention(q, kv, scale, return_mass, kv_head_mass)
+        elif cpu_prefill.usable(q, kv, causal_tail):
             done = cpu_prefill.prefill_attention(q, kv, scale, return_mass, kv_head_mass)
             if done is not None:
                 return done

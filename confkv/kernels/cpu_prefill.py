@@ -21,7 +21,7 @@ import functools
 import torch
 
 from confkv.kernels import cpu_decode
-from confkv.kernels.segments import SegmentedKV
+from confkv.kernels.segments import SegmentedKV, dequantize
 
 
 def usable(q: torch.Tensor, kv: SegmentedKV, causal_tail: int) -> bool:
@@ -38,11 +38,10 @@ def joined_kv(kv: SegmentedKV, dtype: torch.dtype) -> tuple[torch.Tensor, torch.
     the model-dtype slots."""
     if not kv.n_int8:
         return kv.k_fp, kv.v_fp
-    k = kv.k_q.float().mul_(kv.k_scale.float().unsqueeze(-1))
+    k = dequantize(kv.k_q, kv.k_scale)  # fp32: the per-channel scale goes on before the cast
     if kv.k_channel is not None:
         k.mul_(kv.k_channel.float().unsqueeze(2))
-    v = kv.v_q.float().mul_(kv.v_scale.float().unsqueeze(-1))
-    k, v = k.to(dtype), v.to(dtype)
+    k, v = k.to(dtype), dequantize(kv.v_q, kv.v_scale, dtype)
     if not kv.n_fp:
         return k, v
     return torch.cat([k, kv.k_fp], dim=2), torch.cat([v, kv.v_fp], dim=2)
