@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.actions import Action, ActionParseError, RoleTarget, parse_action
+from envs import TASKS_DIR
 
-TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
 # (task file, k): the state after the first k reference steps; the reference step k is the expected action.
 CASES: tuple[tuple[str, int], ...] = (
     ("shopping_001.yaml", 0),  # shop home: search for a product

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from agent.cli_options import checked_dtype, dtype_option
+from envs import TASKS_DIR
 from traces import DEFAULT_DB_PATH
 
 if TYPE_CHECKING:
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
     from traces.records import DecodeToken, StepRecord
 
 DEFAULT_AGENT_MODEL = "qwen2.5-coder-1.5b"
-TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
 # The embedded default: a 3-step shopping lookup (search, open the product, answer), short enough for 2 CPU cores.
 DEFAULT_TASK = TASKS_DIR / "shopping_001.yaml"
 DEFAULT_TASK_MAX_STEPS = 8

@@ -1,4 +1,4 @@
-"""`confkv-agent traces ls|summary|browse`, `confkv-agent replay` and `confkv-agent report`: read the trace database.
+"""`confkv-agent traces ls|summary|breakdown|browse`, `confkv-agent replay` and `confkv-agent report`: read the trace database.
 
 These commands only read, so they never create a database: a missing or foreign file is a one-line error.
 sqlite-utils, rich rendering and matplotlib are imported inside the commands to keep `--help` fast.
@@ -210,12 +210,42 @@ def browse_command(db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HEL
     TraceBrowser(str(db)).run()
 
 
+def breakdown_command(
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    tasks: list[Path] = typer.Option(None, "--tasks", help="Task files or folders the episodes ran (default: tasks/)."),
+    run: list[int] = typer.Option(None, "--run", help="Only these run ids (repeatable)."),
+    model: str | None = typer.Option(None, "--model", help="Only runs of this model."),
+    as_json: bool = typer.Option(False, "--json", help="Print the breakdown (and every failed episode) as JSON."),
+) -> None:
+    """Free-running results by site, difficulty and memory span; step cost, prefilled vs re-sent tokens; and why
+    each failed episode failed (navigation, grounding, memory, format, ...; `traces.failures`), with trace ids."""
+    from envs import TASKS_DIR
+    from envs.taskspec import TaskSpecError, load_tasks
+    from traces.breakdown import breakdown, breakdown_markdown
+
+    try:
+        loaded = load_tasks(tasks or [TASKS_DIR])
+    except TaskSpecError as exc:
+        raise _fail(f"cannot load the tasks: {exc}") from None
+    with _open(db) as store:
+        data = breakdown(store, loaded, run_ids=run or None, model=model)
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+    elif not data["overall"]:
+        typer.echo(f"no finished free-running episodes of these tasks in {db}")
+    else:
+        typer.echo(breakdown_markdown(data))
+        for f in data["failed_episodes"]:
+            typer.echo(f"episode {f['episode_id']} task {f['task_id']} {f['policy']}: {f['category']}: {f['detail']}")
+
+
 def register(app: typer.Typer) -> None:
     """Add `traces ls|summary`, `replay` and `report` to the root app."""
     traces_app = typer.Typer(help="Inspect recorded episodes.", no_args_is_help=True)
     traces_app.command("ls")(ls_command)
     traces_app.command("summary")(summary_command)
     traces_app.command("browse")(browse_command)
+    traces_app.command("breakdown")(breakdown_command)
     app.add_typer(traces_app, name="traces")
     app.command("replay")(replay_command)
     app.command("report")(report_command)
