@@ -66,8 +66,20 @@ def run_config(policy: str, settings: AgentSettings) -> tuple[str, dict[str, Any
 
     config = get_policy(policy, settings.overrides).to_dict()
     config["agent"] = {"constrained": settings.constrained, "reasoning": settings.reasoning, "int8": settings.int8,
-                       "max_steps": settings.max_steps, "dtype": settings.dtype}  # fmt: skip
+                       "max_steps": settings.max_steps, "dtype": settings.dtype, **agent_identity(settings.reasoning)}  # fmt: skip
     return settings.model, config
+
+
+def agent_identity(reasoning: bool) -> dict[str, Any]:
+    """What makes two agents the same agent beyond their settings: the decision rules' version and the system
+    prompt's hash. Part of the run key, so a resumed eval never mixes episodes of an older agent with a newer one."""
+    import hashlib
+
+    from agent.model_policy import AGENT_VERSION
+    from agent.prompt import system_prompt
+
+    digest = hashlib.sha256(system_prompt(reasoning).encode()).hexdigest()[:12]
+    return {"version": AGENT_VERSION, "prompt_sha": digest}
 
 
 class Worker:

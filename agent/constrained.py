@@ -84,7 +84,9 @@ class ActionGrammar:
         roles: dict[int, str] | None = None,
     ) -> None:
         # `avoid`: per verb, target ids it may not take this turn (the agent bans re-typing into the field it just
-        # filled; a verb left with no target keeps its full choice rather than becoming impossible).
+        # filled, and what it already did from this page). A verb left with no target is dropped for the turn:
+        # keeping it with its full choice let the 1.5B agent, whose first choice is `type` on almost every page,
+        # cycle through the same fields. Verbs without a target (scroll, go_back, stop, ...) always remain.
         self.avoid = {verb: {str(i) for i in ids_} for verb, ids_ in (avoid or {}).items()}
         # `roles` (observation id -> AX role): verbs marked `fields_only` may only target fields (a page without
         # any keeps every id, so the verb stays expressible and the executor reports the failure).
@@ -102,7 +104,7 @@ class ActionGrammar:
             "url": Free(url_chars),
             "answer": Free(answer_chars),
         }
-        templates = [self.template(verb) for verb in VERB_TABLE]
+        templates = [t for t in (self.template(verb) for verb in VERB_TABLE) if t is not None]
         if reasoning_chars:
             head: list[Segment] = [Free(reasoning_chars, forbidden=""), lit("\nAction: ")]
             templates = [head + t for t in templates]
@@ -114,8 +116,9 @@ class ActionGrammar:
                     raise ValueError("a free segment must be followed by a segment starting with a forbidden char")
         self.templates = templates
 
-    def template(self, verb: Verb) -> list[Segment]:
-        """The verb's canonical form `verb [arg] [arg]` as segments (what `Action.to_text` writes)."""
+    def template(self, verb: Verb) -> list[Segment] | None:
+        """The verb's canonical form `verb [arg] [arg]` as segments (what `Action.to_text` writes); None when
+        `avoid` bans every target it has."""
         if not verb.args:
             return [lit(verb.verb)]
         segments: list[Segment] = [lit(f"{verb.verb} [")]
@@ -124,7 +127,9 @@ class ActionGrammar:
             if kind == "target" and verb.fields_only and self.field_targets is not None:
                 seg = self.field_targets
             if kind == "target" and self.avoid.get(verb.verb) and isinstance(seg, Choice):
-                seg = Choice(seg.options - self.avoid[verb.verb]) if seg.options - self.avoid[verb.verb] else seg
+                if not seg.options - self.avoid[verb.verb]:
+                    return None
+                seg = Choice(seg.options - self.avoid[verb.verb])
             segments += [seg, lit("] [" if i < len(verb.args) - 1 else "]")]
         return segments
 

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from agent.observation import Observation
     from confkv.policy import KVPolicy
 
+#: The agent's decision rules (bans, turn layout). Bump it when they change: it is part of an eval's run key
+#: (`agent.batch.agent_identity`), so a resumed batch never mixes two agents. 2: `page_bans`; 3: a verb whose
+#: targets are all banned is dropped for the turn (`ActionGrammar`).
+AGENT_VERSION = 3
 STOP_TOKEN_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "</s>")
 
 
@@ -131,6 +135,25 @@ def repeat_ban(last_reply: str | None, last_result: str | None) -> dict[str, set
     return {action.verb: {action.target}}
 
 
+def page_bans(tried: set[tuple[str, str, tuple[str, str]]], observation: Observation) -> dict[str, set[int]]:
+    """Per verb, the ids of this page that already took that verb from this same URL earlier in the episode.
+
+    Why: the 1.5B agent's commonest failure over a whole episode is a two-step cycle (type the search again, type
+    into a filter field, again; or retry a failed choice every other step) that the one-step `repeat_ban` cannot
+    see. Doing the same thing to the same element from the same page gives the same page again, so it is never
+    progress. Elements are matched by (role, name), not id: ids are renumbered when a page's content changes.
+    """
+    from agent.actions import VERB_TABLE
+
+    verbs = [v.verb for v in VERB_TABLE if v.args[:1] == ("target",)]
+    out: dict[str, set[int]] = {}
+    for i, node in observation.nodes.items():
+        for verb in verbs:
+            if (observation.url, verb, node) in tried:
+                out.setdefault(verb, set()).add(i)
+    return out
+
+
 def stop_token_ids(tokenizer: Any) -> list[int]:
     """End-of-turn ids: the tokenizer's EOS plus the usual chat end markers it knows."""
     ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
@@ -177,6 +200,7 @@ class ModelAgent:
         self.records_seen = 0  # session records already reported (prefill chunks go with the next step)
         self.history: list[str] = []  # "OK: click [3]" / "FAILED: ..." per previous step, listed in each turn
         self.last_reply: str | None = None
+        self.tried: set[tuple[str, str, tuple[str, str]]] = set()  # (url, verb, (role, name)) done this episode
         self.prefix_reused = False  # whether this episode's system prompt came from the per-process prefix cache
 
     def begin(self, task_intent: str) -> None:
@@ -193,6 +217,7 @@ class ModelAgent:
         self.records_seen = 0
         self.history = []
         self.last_reply = None
+        self.tried = set()
         # The system prompt is prefilled pinned (before its first chunk runs: the grammar and rules must survive any
         # budget), once per process, model, KV policy and text, and each episode starts from a fork of that cache.
         # Each turn then pins itself before it is appended (see act), so the budget only governs older turns.
@@ -212,9 +237,12 @@ class ModelAgent:
         if not self.constrained:
             return None
         assert self.index is not None
+        avoid = page_bans(self.tried, observation)
+        for verb, ids in repeat_ban(self.last_reply, last_result).items():
+            avoid.setdefault(verb, set()).update(ids)
         grammar = ActionGrammar(
             observation.nodes or observation.ids, n_tabs=len(observation.tabs),
-            reasoning_chars=160 if self.reasoning else 0, avoid=repeat_ban(self.last_reply, last_result),
+            reasoning_chars=160 if self.reasoning else 0, avoid=avoid,
             roles={i: role for i, (role, _) in observation.nodes.items()},
         )  # fmt: skip
         return ConstrainedDecoder(grammar, self.index, self.stop_ids, self.max_action_tokens)
@@ -268,6 +296,7 @@ class ModelAgent:
         t2 = time.perf_counter()
         in_cache = generated[:-1] if generated and generated[-1] in self.stop_ids else generated
         text = tok.decode(in_cache, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        self._remember(text, observation)
         self.close_turn(text)
         self.records_seen = len(session.stats.steps)
         memory = session.cache.memory()
@@ -284,6 +313,18 @@ class ModelAgent:
             tokens=rows,
             prefill_chunks=chunks,
         )
+
+    def _remember(self, text: str, observation: Observation) -> None:
+        """Note (url, verb, element) of the reply for `page_bans`."""
+        from agent.actions import ActionParseError, parse_action
+
+        try:
+            action = parse_action(text)
+        except ActionParseError:
+            return
+        node = observation.nodes.get(action.target) if isinstance(action.target, int) else None
+        if node is not None:
+            self.tried.add((observation.url, action.verb, node))
 
     def memory(self) -> MemoryFigures | None:
         if self.session is None:

@@ -119,8 +119,9 @@ def test_the_next_reply_cannot_retype_the_field_just_filled_or_repeat_a_failure(
     for seed in range(10):
         action = parse_action(_decode(tok, index, grammar, seed, bias=bias))
         assert action.verb == "type" and action.target == 7  # any other field is still fine
-    only = ActionGrammar({3}, avoid=ban)  # the banned field is the only one: the ban gives way
-    assert parse_action(_decode(tok, index, only, 0, bias=bias)).target == 3
+    only = ActionGrammar({3}, avoid=ban, roles={3: "textbox"})  # the banned field is the only one: no `type` now
+    for seed in range(10):
+        assert parse_action(_decode(tok, index, only, seed, bias=bias)).verb != "type"
 
 
 def test_type_and_clear_only_target_fields_when_the_page_names_roles(tok, index):
@@ -140,3 +141,32 @@ def test_type_and_clear_only_target_fields_when_the_page_names_roles(tok, index)
     bias = torch.zeros(512)
     bias[type_id] = 100.0
     assert parse_action(_decode(tok, index, no_fields, 0, bias=bias)).target == 34
+
+
+def test_an_element_already_acted_on_from_this_page_is_banned_there_for_that_verb():
+    from agent.model_policy import ModelAgent, page_bans
+    from agent.observation import Observation
+    from confkv.testing import tiny_model
+
+    def page(url, nodes):
+        return Observation(text="", url=url, title="t", tabs=["t"], active_tab=0, ids={i: i for i in nodes},
+                           nodes=nodes)  # fmt: skip
+
+    tried = {("http://x/a", "click", ("link", "Mug"))}
+    assert page_bans(tried, page("http://x/a", {3: ("link", "Mug"), 7: ("link", "Lamp")})) == {"click": {3}}
+    # matched by role and name, not id: a page whose content changed renumbers its elements
+    assert page_bans(tried, page("http://x/a", {5: ("link", "Mug"), 3: ("link", "Lamp")})) == {"click": {5}}
+    assert page_bans(tried, page("http://x/b", {3: ("link", "Mug")})) == {}  # from another page it may be progress
+    # the agent records what it did and bans it on the next visit to that page (a two-step cycle is caught too)
+    model, _ = tiny_model("qwen2", max_position_embeddings=4096)
+    agent = ModelAgent(model, tiny_chat_tokenizer(), "full", max_action_tokens=16, model_name="tiny")
+    agent.begin("task")
+    home = page("http://x/a", {3: ("link", "Mug"), 4: ("searchbox", "Search")})
+    agent._remember("click [3]", home)
+    agent._remember("type [4] [mug] [1]", home)
+    agent._remember("stop [x]", home)  # no element: nothing to ban
+    assert agent.tried == {("http://x/a", "click", ("link", "Mug")), ("http://x/a", "type", ("searchbox", "Search"))}
+    hook = agent._hook(home, "OK: go_back")
+    assert hook is not None and hook.grammar.avoid == {"click": {"3"}, "type": {"4"}}
+    agent.begin("next task")
+    assert agent.tried == set()  # per episode

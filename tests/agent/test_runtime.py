@@ -171,3 +171,16 @@ def test_a_model_error_is_recorded_as_an_error_episode_and_the_browser_is_gone(m
     chromium = {p for p in procs.descendants(os.getpid()) - before
                 if "chrom" in Path(f"/proc/{p}/cmdline").read_text(errors="ignore")}
     assert not chromium
+
+
+def test_the_run_key_names_the_agent_so_a_resume_never_mixes_two_agents(monkeypatch):
+    from agent import batch, model_policy, prompt
+
+    settings = AgentSettings(model="m", max_steps=15, dtype="bf16")
+    _, config = batch.run_config("full", settings)
+    assert config["agent"]["version"] == model_policy.AGENT_VERSION and len(config["agent"]["prompt_sha"]) == 12
+    assert batch.run_config("full", settings) == (settings.model, config)  # stable: the same agent resumes
+    monkeypatch.setattr(prompt, "RULES", prompt.RULES + "6. Be brief.\n")
+    assert batch.run_config("full", settings)[1]["agent"]["prompt_sha"] != config["agent"]["prompt_sha"]
+    monkeypatch.setattr(model_policy, "AGENT_VERSION", model_policy.AGENT_VERSION + 1)
+    assert batch.run_config("full", settings)[1]["agent"]["version"] != config["agent"]["version"]

@@ -1,0 +1,98 @@
+"""Which action does the agent choose at recorded states, under prompt variants? A cheap A/B for prompt changes.
+
+A whole free-running episode costs minutes and one early wrong step hides the rest; `bench actions` decides from a
+fresh cache with no history, which misses loops that come from the history. This replays a recorded episode's
+first k turns (the same observations and the agent's own recorded replies, teacher-forced into one `full` cache)
+and decodes the reply at step k with the real constrained decoder, once per prompt variant.
+
+    PYTHONPATH=. .venv/bin/python scripts/probe_prompt.py runs/sample.sqlite 1:1 2:1 --variants base,nudge
+
+States are `episode:step`. Observations are rebuilt from the stored text (ids, roles and names are all the
+grammar needs). Variants are defined below; `base` is the prompt as shipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sqlite3
+import time
+
+import agent.prompt as prompt
+from agent.observation import Observation
+
+LINE = re.compile(r"^\s*\[(\d+)\] (\S+)(?: '((?:[^'\\]|\\.)*)')?")
+
+NUDGE = "If the page above shows the answer to the task, reply stop [answer] now.\nYour next action:"
+VARIANTS = {
+    "base": {},
+    "nudge": {"next": NUDGE},
+    "free": {"agent": {"constrained": False}},
+    "reason": {"agent": {"reasoning": True}},
+}
+
+
+def observation(text: str) -> Observation:
+    lines = text.splitlines()
+    tabs_line, url_line, tree = lines[0], lines[1], "\n".join(lines[2:])
+    nodes = {}
+    for line in lines[2:]:
+        if m := LINE.match(line):
+            nodes[int(m.group(1))] = (m.group(2), m.group(3) or "")
+    tabs = re.findall(r"\[\d+\] '((?:[^'\\]|\\.)*)'", tabs_line) or ["page"]
+    return Observation(text=tree, url=url_line.removeprefix("URL: "), title=tabs[0], tabs=tabs, active_tab=0,
+                       ids={i: i for i in nodes}, nodes=nodes)  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("db")
+    ap.add_argument("states", nargs="+")
+    ap.add_argument("--variants", default="base,nudge")
+    ap.add_argument("--model", default="qwen2.5-coder-1.5b")
+    args = ap.parse_args()
+    from agent.model_policy import ModelAgent
+    from confkv.models import load_for_inference
+
+    model, tok = load_for_inference(args.model, "auto")
+    conn = sqlite3.connect(args.db)
+    original_user_message = prompt.user_message
+    for state in args.states:
+        ep, k = map(int, state.split(":"))
+        intent_task = conn.execute("select task_id from episodes where id=?", (ep,)).fetchone()[0]
+        from envs import TASKS_DIR
+        from envs.taskspec import load_tasks
+
+        task = next(t for t in load_tasks(TASKS_DIR) if str(t.task_id) == intent_task)
+        steps = conn.execute("select observation, raw_output, result from steps where episode_id=? order by step",
+                             (ep,)).fetchall()  # fmt: skip
+        for name in args.variants.split(","):
+            variant = VARIANTS[name]
+
+            def user_message(*a, _v=variant, **kw):  # noqa: ANN002, ANN003, ANN202
+                text = original_user_message(*a, **kw)
+                return text.replace("Your next action:", _v["next"]) if "next" in _v else text
+
+            prompt.user_message = user_message
+            import agent.model_policy as mp
+
+            mp.user_message = user_message
+            agent = ModelAgent(model, tok, "full", model_name=args.model, **variant.get("agent", {}))
+            agent.begin(task.intent)
+            last = None
+            for i in range(k):
+                obs_text, reply, result = steps[i]
+                ids = agent.open_turn(observation(obs_text), last)
+                agent.session.append(ids)
+                agent.session.append(tok(reply, add_special_tokens=False).input_ids)
+                agent.close_turn(reply)
+                last = result
+            t0 = time.perf_counter()
+            text, _ = agent.act(observation(steps[k][0]), last)
+            print(f"{state} task {task.task_id} {name:8s} -> {text!r}  ({time.perf_counter() - t0:.1f} s)",
+                  flush=True)  # fmt: skip
+            agent.close()
+
+
+if __name__ == "__main__":
+    main()
