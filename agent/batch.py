@@ -71,14 +71,15 @@ def run_config(policy: str, settings: AgentSettings) -> tuple[str, dict[str, Any
 
 
 def agent_identity(reasoning: bool) -> dict[str, Any]:
-    """What makes two agents the same agent beyond their settings: the decision rules' version and the system
-    prompt's hash. Part of the run key, so a resumed eval never mixes episodes of an older agent with a newer one."""
+    """What makes two agents the same agent beyond their settings: the decision rules' version and a hash of the
+    system prompt and demonstration. Part of the run key, so a resumed eval never mixes two agents' episodes."""
     import hashlib
 
     from agent.model_policy import AGENT_VERSION
-    from agent.prompt import system_prompt
+    from agent.prompt import demo_turns, system_prompt
 
-    digest = hashlib.sha256(system_prompt(reasoning).encode()).hexdigest()[:12]
+    text = system_prompt(reasoning) + "".join(m["content"] for m in demo_turns(reasoning))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     return {"version": AGENT_VERSION, "prompt_sha": digest}
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.constrained import ActionGrammar, ConstrainedDecoder, token_index
-from agent.prompt import ChatConversation, system_prompt, user_message
+from agent.prompt import ChatConversation, demo_turns, system_prompt, user_message
 from traces.records import DecodeToken, PrefillChunk
 
 if TYPE_CHECKING:
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 #: The agent's decision rules (bans, turn layout). Bump it when they change: it is part of an eval's run key
 #: (`agent.batch.agent_identity`), so a resumed batch never mixes two agents. 2: `page_bans`; 3: a verb whose
-#: targets are all banned is dropped for the turn (`ActionGrammar`).
-AGENT_VERSION = 3
+#: targets are all banned is dropped for the turn (`ActionGrammar`); 4: a demonstration episode as chat turns.
+AGENT_VERSION = 4
 STOP_TOKEN_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "</s>")
 
 
@@ -204,21 +204,22 @@ class ModelAgent:
         self.prefix_reused = False  # whether this episode's system prompt came from the per-process prefix cache
 
     def begin(self, task_intent: str) -> None:
-        """Start an episode: a fresh cache, and a chat holding only the system prompt (the task comes each turn)."""
+        """Start an episode: a fresh cache, and a chat holding the system prompt and the demonstration turns (the
+        task comes each turn)."""
         from confkv.session import ConfKVSession
 
         self.close()
         system = system_prompt(self.reasoning)
         if not self.repeat_task:
             system += f"\nYour task: {task_intent}\n"
-        self.chat = ChatConversation(self.tokenizer, system)
+        self.chat = ChatConversation(self.tokenizer, system, demo_turns(self.reasoning))
         self.intent = task_intent
         self.step_no = 0
         self.records_seen = 0
         self.history = []
         self.last_reply = None
         self.tried = set()
-        # The system prompt is prefilled pinned (before its first chunk runs: the grammar and rules must survive any
+        # The system prompt (with the demonstration) is prefilled pinned (before its first chunk runs: the grammar and rules must survive any
         # budget), once per process, model, KV policy and text, and each episode starts from a fork of that cache.
         # Each turn then pins itself before it is appended (see act), so the budget only governs older turns.
         head = self.chat.render(add_generation_prompt=False)

@@ -60,6 +60,48 @@ REASONING_RULE = (
 )
 MAX_HISTORY = 12  # previous actions listed in each turn (the oldest are summarised as a count)
 
+# One whole demonstration episode as real chat turns (user page -> assistant action), after the system prompt, on
+# the made-up nursery site of example 1. Why: with the examples only as prose in the system prompt, the 1.5B agent's
+# first choice on a results page was `type` (p ~0.47 against click ~0.17 and stop ~0.03, three sampled states),
+# so it typed prices into filter fields until the step limit on every sampled task; with these turns in front it
+# clicked the result on all four states probed (scripts/probe_prompt.py). The pages are rendered by the same
+# `user_message` as the live turns, so the format the model continues is exactly the one it sees.
+_DEMO_INTENT = "What pot size does the Velvet Fern come in?"
+_DEMO_SITE = "http://127.0.0.1:9000"
+_DEMO_PAGES = (
+    ("Green Corner Nursery", "/",
+     "[1] link 'Green Corner'\n[2] search\n  [3] searchbox 'Search plants'\n  [4] button 'Search'\n"
+     "[5] navigation 'Plants'\n  [6] link 'Ferns'\n  [7] link 'Cacti'\n[8] main\n  [9] heading 'Welcome to Green Corner'",
+     "The page has a search box: search for the plant.", "type [3] [Velvet Fern] [1]"),
+    ("Search: Velvet Fern", "/search?q=Velvet+Fern",
+     "[1] link 'Green Corner'\n[2] search\n  [3] searchbox 'Search plants' value='Velvet Fern'\n  [4] button 'Search'\n"
+     "[8] main\n  [10] form 'Filter'\n    [11] textbox 'Minimum price'\n    [12] textbox 'Maximum price'\n"
+     "    [13] button 'Apply filters'\n  [14] StaticText '2 plants found.'\n  [15] link 'Velvet Fern'\n"
+     "  [16] StaticText '$12.50'\n  [17] link 'Velvet Fern Starter Kit'\n  [18] StaticText '$19.00'",
+     "The pot size is not here; open the plant's own page.", "click [15]"),
+    ("Velvet Fern", "/plant/velvet-fern",
+     "[1] link 'Green Corner'\n[2] search\n  [3] searchbox 'Search plants'\n  [4] button 'Search'\n[8] main\n"
+     "  [20] heading 'Velvet Fern'\n  [21] StaticText 'Price: $12.50'\n  [22] StaticText 'Pot size: 14 cm'\n"
+     "  [23] spinbutton 'Quantity' value='1'\n  [24] button 'Add to cart'",
+     "The page says the pot size: 14 cm.", "stop [14 cm]"),
+)  # fmt: skip
+
+
+def demo_turns(reasoning: bool = False) -> list[dict[str, str]]:
+    """The demonstration episode as chat messages (user, assistant, ...); with `reasoning` each reply carries its
+    one-line thought, in the format the grammar asks for."""
+    from agent.observation import Observation
+
+    messages: list[dict[str, str]] = []
+    history: list[str] = []
+    for step, (title, path, tree, thought, action) in enumerate(_DEMO_PAGES):
+        page = Observation(text=tree, url=_DEMO_SITE + path, title=title, tabs=[title], active_tab=0)
+        last = history[-1] if history else None
+        messages.append({"role": "user", "content": user_message(_DEMO_INTENT, page, last, step, history)})
+        messages.append({"role": "assistant", "content": f"{thought}\nAction: {action}" if reasoning else action})
+        history.append(f"OK: {action}")
+    return messages
+
 
 def system_prompt(reasoning: bool = False) -> str:
     """The grammar, one example per verb and the rules; `reasoning` asks for a one-line thought first."""
@@ -101,13 +143,14 @@ class ChatConversation:
 
     tokenizer: Any
     system: str
+    demos: list[dict[str, str]] = field(default_factory=list)  # demonstration turns after the system prompt
     messages: list[dict[str, str]] = field(default_factory=list)
     cached_text: str = ""
 
     def __post_init__(self) -> None:
         if not getattr(self.tokenizer, "chat_template", None):
             raise ValueError("the tokenizer has no chat template; the agent needs an instruct (chat) model")
-        self.messages = [{"role": "system", "content": self.system}]
+        self.messages = [{"role": "system", "content": self.system}, *self.demos]
 
     def render(self, add_generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(

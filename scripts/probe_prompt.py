@@ -5,7 +5,7 @@ fresh cache with no history, which misses loops that come from the history. This
 first k turns (the same observations and the agent's own recorded replies, teacher-forced into one `full` cache)
 and decodes the reply at step k with the real constrained decoder, once per prompt variant.
 
-    PYTHONPATH=. .venv/bin/python scripts/probe_prompt.py runs/sample.sqlite 1:1 2:1 --variants base,nudge
+    PYTHONPATH=. .venv/bin/python scripts/probe_prompt.py runs/sample.sqlite 1:1 2:1 --variants base,no_demo
 
 States are `episode:step`. Observations are rebuilt from the stored text (ids, roles and names are all the
 grammar needs). Variants are defined below; `base` is the prompt as shipped.
@@ -29,6 +29,7 @@ VARIANTS = {
     "nudge": {"next": NUDGE},
     "free": {"agent": {"constrained": False}},
     "reason": {"agent": {"reasoning": True}},
+    "no_demo": {"no_demo": True},  # the system prompt alone (agent version 3 and before)
 }
 
 
@@ -77,6 +78,7 @@ def main() -> None:
             import agent.model_policy as mp
 
             mp.user_message = user_message
+            mp.demo_turns = (lambda reasoning=False: []) if variant.get("no_demo") else prompt.demo_turns
             agent = ModelAgent(model, tok, "full", model_name=args.model, **variant.get("agent", {}))
             agent.begin(task.intent)
             last = None
@@ -85,6 +87,7 @@ def main() -> None:
                 ids = agent.open_turn(observation(obs_text), last)
                 agent.session.append(ids)
                 agent.session.append(tok(reply, add_special_tokens=False).input_ids)
+                agent._remember(reply, observation(obs_text))  # the page bans see the replayed steps too
                 agent.close_turn(reply)
                 last = result
             t0 = time.perf_counter()

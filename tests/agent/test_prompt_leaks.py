@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.prompt import system_prompt
+from agent.prompt import demo_turns, system_prompt
 from envs.leaks import find_leaks, suite_strings, task_strings
 from envs.taskspec import load_task, load_tasks
 
@@ -22,6 +22,8 @@ def strings():
 @pytest.mark.parametrize("reasoning", [False, True])
 def test_system_prompt_contains_no_task_entity_or_answer(strings, reasoning):
     assert find_leaks(system_prompt(reasoning), strings) == []
+    demo = "\n".join(m["content"] for m in demo_turns(reasoning))  # the demonstration episode's turns too
+    assert "Velvet Fern" in demo and find_leaks(demo, strings) == []
 
 
 def test_the_checker_flags_the_old_few_shot_example(strings):
