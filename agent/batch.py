@@ -83,6 +83,25 @@ def agent_identity(reasoning: bool) -> dict[str, Any]:
     return {"version": AGENT_VERSION, "prompt_sha": digest}
 
 
+def trim_heap() -> bool:
+    """Hand freed heap pages back to the OS after an episode (glibc `malloc_trim`; False where there is none).
+
+    Why: an episode's KV cache grows by torch.cat into ever larger CPU buffers, which glibc keeps in its arenas once
+    freed; in a 75-task eval on qwen2.5-coder-1.5b each process's peak RSS grew ~0.35 GB per episode (4.9 GB after
+    the first, 9.8 GB after the 15th), enough for two processes to push a 24 GB machine into swap. A `malloc_trim`
+    called into one such process (gdb) dropped its RSS from 9.6 to 8.7 GB at once.
+    """
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.malloc_trim(0))
+
+
 class Worker:
     """Everything an episode needs that is expensive to make: the model, the sites, a store handle."""
 
@@ -124,7 +143,10 @@ class Worker:
         episode_id = self.store.claim_episode(run_id, str(task.task_id), policy)
         if episode_id is None:
             return {"task_id": task.task_id, "policy": policy, "status": "skipped", "success": False}
-        return asdict(self.run(task, policy, run_id, episode_id=episode_id))
+        try:
+            return asdict(self.run(task, policy, run_id, episode_id=episode_id))
+        finally:
+            trim_heap()
 
     def close(self) -> None:
         self.lease.close()

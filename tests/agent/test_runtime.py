@@ -184,3 +184,26 @@ def test_the_run_key_names_the_agent_so_a_resume_never_mixes_two_agents(monkeypa
     assert batch.run_config("full", settings)[1]["agent"]["prompt_sha"] != config["agent"]["prompt_sha"]
     monkeypatch.setattr(model_policy, "AGENT_VERSION", model_policy.AGENT_VERSION + 1)
     assert batch.run_config("full", settings)[1]["agent"]["version"] != config["agent"]["version"]
+
+
+def test_the_worker_hands_freed_heap_back_after_every_episode_even_a_failed_one(monkeypatch, mug_task):
+    from agent import batch
+
+    assert batch.trim_heap() is True  # glibc (Linux): malloc_trim is there and runs
+    trims = []
+    monkeypatch.setattr(batch, "trim_heap", lambda: trims.append(1) or True)
+    worker = batch.Worker.__new__(batch.Worker)  # no sites or model: only the claim-run-trim path
+
+    class Store:
+        def claim_episode(self, *a):
+            return 5
+
+    worker.store = Store()
+
+    def boom(*a, **kw):
+        raise RuntimeError("browser died")
+
+    worker.run = boom
+    with pytest.raises(RuntimeError):
+        worker.run_claimed(mug_task, "full", 1)
+    assert trims == [1]
