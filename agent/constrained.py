@@ -127,9 +127,10 @@ class ActionGrammar:
             if kind == "target" and verb.fields_only and self.field_targets is not None:
                 seg = self.field_targets
             if kind == "target" and self.avoid.get(verb.verb) and isinstance(seg, Choice):
-                if not seg.options - self.avoid[verb.verb]:
+                allowed = seg.options - self.avoid[verb.verb]
+                if not allowed:
                     return None
-                seg = Choice(seg.options - self.avoid[verb.verb])
+                seg = Choice(allowed)
             segments += [seg, lit("] [" if i < len(verb.args) - 1 else "]")]
         return segments
 

@@ -219,8 +219,9 @@ class ModelAgent:
         self.history = []
         self.last_reply = None
         self.tried = set()
-        # The system prompt (with the demonstration) is prefilled pinned (before its first chunk runs: the grammar and rules must survive any
-        # budget), once per process, model, KV policy and text, and each episode starts from a fork of that cache.
+        # The system prompt and the demonstration are prefilled pinned (before the first chunk runs: the grammar and
+        # rules must survive any budget), once per process, model, KV policy and text, and each episode starts from
+        # a fork of that cache.
         # Each turn then pins itself before it is appended (see act), so the budget only governs older turns.
         head = self.chat.render(add_generation_prompt=False)
         self.chat.cached_text = head

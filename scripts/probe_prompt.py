@@ -57,14 +57,15 @@ def main() -> None:
 
     model, tok = load_for_inference(args.model, "auto")
     conn = sqlite3.connect(args.db)
+    import agent.model_policy as mp
+    from envs import TASKS_DIR
+    from envs.taskspec import load_tasks
+
+    tasks = {str(t.task_id): t for t in load_tasks(TASKS_DIR)}
     original_user_message = prompt.user_message
     for state in args.states:
         ep, k = map(int, state.split(":"))
-        intent_task = conn.execute("select task_id from episodes where id=?", (ep,)).fetchone()[0]
-        from envs import TASKS_DIR
-        from envs.taskspec import load_tasks
-
-        task = next(t for t in load_tasks(TASKS_DIR) if str(t.task_id) == intent_task)
+        task = tasks[conn.execute("select task_id from episodes where id=?", (ep,)).fetchone()[0]]
         steps = conn.execute("select observation, raw_output, result from steps where episode_id=? order by step",
                              (ep,)).fetchall()  # fmt: skip
         for name in args.variants.split(","):
@@ -75,8 +76,6 @@ def main() -> None:
                 return text.replace("Your next action:", _v["next"]) if "next" in _v else text
 
             prompt.user_message = user_message
-            import agent.model_policy as mp
-
             mp.user_message = user_message
             mp.demo_turns = (lambda reasoning=False: []) if variant.get("no_demo") else prompt.demo_turns
             agent = ModelAgent(model, tok, "full", model_name=args.model, **variant.get("agent", {}))
