@@ -312,22 +312,30 @@ _DTYPE_INTENTS = ("What colour options does the Harbor Lamp come in?", "Open the
                   "How many reviews does the second result have?", "Find the cheapest kettle and answer its price.")
 
 
-def _agent_prompts(tokenizer, n: int, tokens: int) -> list[list[int]]:
-    """Agent-shaped prompts: the real system prompt plus a user turn with a synthetic page, cut to `tokens`."""
+def _agent_prompts(tokenizer, n: int, tokens: int) -> tuple[list[int], list[list[int]]]:
+    """Agent-shaped prompts: (the real system prompt and demonstration, as the agent prefills them once), and per
+    prompt a first-step user turn with a synthetic page, shortened until it fits in `tokens`."""
     from agent.observation import Observation
-    from agent.prompt import ChatConversation, system_prompt, user_message
+    from agent.prompt import ChatConversation, demo_turns, system_prompt, user_message
 
+    head = ChatConversation(tokenizer, system_prompt(), demo_turns()).render(add_generation_prompt=False)
     prompts = []
     for i in range(n):
-        items = "\n".join(f"[{k}] link 'Item {k} of aisle {i}' StaticText '${3 + k % 40}.{k % 100:02d}'"
-                          for k in range(10, 10 + tokens // 8))  # fmt: skip
-        obs = Observation(text=items, url=f"http://127.0.0.1:9999/aisle/{i}", title="Aisle", tabs=["Aisle"],
-                          active_tab=0)
-        chat = ChatConversation(tokenizer, system_prompt())
-        text = chat.user_turn(user_message(_DTYPE_INTENTS[i % len(_DTYPE_INTENTS)], obs, None, 0))
-        ids = tokenizer(text, add_special_tokens=False).input_ids
-        prompts.append(ids[:tokens])
-    return prompts
+        items = tokens // 4
+        while True:
+            page = "\n".join(f"[{k}] link 'Item {k} of aisle {i}' StaticText '${3 + k % 40}.{k % 100:02d}'"
+                             for k in range(10, 10 + items))  # fmt: skip
+            obs = Observation(text=page, url=f"http://127.0.0.1:9999/aisle/{i}", title="Aisle", tabs=["Aisle"],
+                              active_tab=0)
+            chat = ChatConversation(tokenizer, system_prompt(), demo_turns())
+            chat.cached_text = head
+            text = chat.user_turn(user_message(_DTYPE_INTENTS[i % len(_DTYPE_INTENTS)], obs, None, 0))
+            ids = tokenizer(text, add_special_tokens=False).input_ids
+            if len(ids) <= tokens or items <= 1:
+                break
+            items = max(1, items * tokens // len(ids) - 1)
+        prompts.append(ids)
+    return tokenizer(head, add_special_tokens=False).input_ids, prompts
 
 
 @bench.command("dtype")
@@ -335,7 +343,8 @@ def dtype_bench(
     model: str = typer.Option("qwen2.5-coder-1.5b", "--model", help="registry name or HF directory"),
     dtypes: str = typer.Option("fp32,bf16", "--dtypes", help="comma-separated, the first is the reference"),
     prompts: int = typer.Option(4, "--prompts", min=1, help="agent-shaped prompts (interleaved across dtypes)"),
-    prompt_tokens: int = typer.Option(1024, "--prompt-tokens", min=16, help="tokens per prompt (prefill)"),
+    prompt_tokens: int = typer.Option(1024, "--prompt-tokens", min=16,
+                                      help="tokens per step prompt (after the shared system prompt + demo)"),
     decode: int = typer.Option(16, "--decode", min=2, help="greedy tokens per prompt"),
     out: str = typer.Option("results", "--out", help="directory for the results JSON"),
     as_json: bool = typer.Option(False, "--json"),
@@ -353,8 +362,9 @@ def dtype_bench(
             raise typer.BadParameter("name concrete dtypes here (e.g. fp32,bf16)", param_hint="--dtypes")
         checked_dtype(name, announce=False)
     tokenizer = load_tokenizer(model)  # the weights are loaded once per dtype below, not for the tokenizer
-    report = run_dtype_bench(lambda d: load(model, dtype=d)[0], names, _agent_prompts(tokenizer, prompts,
-                             prompt_tokens), decode, progress=lambda m: typer.echo(m, err=True))  # fmt: skip
+    head, steps = _agent_prompts(tokenizer, prompts, prompt_tokens)
+    report = run_dtype_bench(lambda d: load(model, dtype=d)[0], names, steps, decode,
+                             progress=lambda m: typer.echo(m, err=True), prefix=head)  # fmt: skip
     report["model"] = model
     report["auto_would_pick"] = resolve_dtype("auto")[1]
     path = _save(report, out, f"dtype_{_label(model)}.json")

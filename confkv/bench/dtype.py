@@ -1,8 +1,9 @@
 """`bench dtype`: the same agent-shaped work in several dtypes, side by side in one run, and whether greedy agrees.
 
 Why this shape: an agent step is a prefill of a new observation (hundreds to thousands of tokens) followed by a
-short greedy decode, through one live cache. So each prompt is appended to a fresh `full` session (chunked, as the
-agent does) and decoded greedily; prefill tokens/s, decode ms/token and the step time (prefill + decode) are timed
+short greedy decode, through one live cache that already holds the system prompt and demonstration. So the shared
+`prefix` is prefilled once per dtype (pinned, untimed: the agent does it once per process) and each prompt is appended
+to a fork of it (chunked, as the agent does) and decoded greedily; prefill tokens/s, decode ms/token and the step time (prefill + decode) are timed
 per dtype, the dtypes interleaved prompt by prompt so load on the machine hits all of them alike. Agreement is
 against the first dtype (the reference, normally fp32): the share of prompts whose greedy tokens are identical, and
 the mean share of positions equal before the first difference.
@@ -17,10 +18,8 @@ from collections.abc import Callable, Sequence
 import torch
 
 
-def _one(model, ids: list[int], decode_tokens: int) -> tuple[float, float, list[int]]:
-    from confkv.session import ConfKVSession
-
-    session = ConfKVSession(model, "full")
+def _one(start, ids: list[int], decode_tokens: int) -> tuple[float, float, list[int]]:
+    session = start.fork()
     t0 = time.perf_counter()
     session.append(ids)
     t1 = time.perf_counter()
@@ -44,18 +43,24 @@ def run_dtype_bench(
     prompts: Sequence[list[int]],
     decode_tokens: int = 16,
     progress: Callable[[str], None] = lambda _: None,
+    prefix: Sequence[int] = (),
 ) -> dict:
     """`load(dtype)` returns the model in that dtype; every model stays loaded so prompts can be interleaved."""
-    models = {}
+    from confkv.session import ConfKVSession
+
+    starts = {}
     for name in dtypes:
         progress(f"loading {name}")
-        models[name] = load(name)
+        starts[name] = ConfKVSession(load(name), "full")
+        if prefix:
+            with torch.no_grad():
+                starts[name].append(list(prefix), pin=True)
     per: dict[str, dict[str, list]] = {d: {"prefill_s": [], "decode_s": [], "tokens": []} for d in dtypes}
     for i, ids in enumerate(prompts):
         for name in dtypes:
             progress(f"prompt {i + 1}/{len(prompts)} ({len(ids)} tokens) in {name}")
             with torch.no_grad():
-                prefill_s, decode_s, tokens = _one(models[name], ids, decode_tokens)
+                prefill_s, decode_s, tokens = _one(starts[name], ids, decode_tokens)
             per[name]["prefill_s"].append(prefill_s)
             per[name]["decode_s"].append(decode_s)
             per[name]["tokens"].append(tokens)
@@ -80,6 +85,7 @@ def run_dtype_bench(
     return {
         "reference": ref,
         "prompts": len(prompts),
+        "prefix_tokens": len(prefix),
         "prompt_tokens": [len(p) for p in prompts],
         "decode_tokens": decode_tokens,
         "threads": torch.get_num_threads(),
@@ -89,7 +95,8 @@ def run_dtype_bench(
 
 def format_report(report: dict) -> list[str]:
     lines = [f"bench dtype: {report.get('model', '?')}, {report['prompts']} prompts "
-             f"({min(report['prompt_tokens'])}-{max(report['prompt_tokens'])} tokens), {report['decode_tokens']} "
+             f"({min(report['prompt_tokens'])}-{max(report['prompt_tokens'])} tokens after a shared "
+             f"{report.get('prefix_tokens', 0)}-token prefix), {report['decode_tokens']} "
              f"decoded tokens each, {report['threads']} threads; reference {report['reference']}"]  # fmt: skip
     lines.append(f"{'dtype':<6} {'prefill tok/s':>14} {'decode ms/tok':>14} {'median step s':>14} {'vs ref':>7} "
                  f"{'greedy same':>12}")  # fmt: skip

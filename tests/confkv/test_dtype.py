@@ -80,3 +80,20 @@ def test_bench_decode_runs_several_dtypes_in_one_invocation(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["decode_m_bf16.json", "decode_m_fp32.json"]
     bad = CliRunner().invoke(app, [*args, "--dtypes", "fp32,int4"])
     assert bad.exit_code != 0 and "int4" in bad.output
+
+
+def test_dtype_bench_steps_start_from_the_shared_prefix():
+    """Each prompt is decoded after the prefix, as the agent decodes a step after its cached system prompt."""
+    from confkv.bench.dtype import run_dtype_bench
+    from confkv.session import ConfKVSession
+    from confkv.testing import tiny_model
+
+    model, _ = tiny_model("llama")
+    prefix, step = list(range(100, 130)), list(range(5, 25))
+    report = run_dtype_bench(lambda _: model, ["fp32"], [step], decode_tokens=5, prefix=prefix)
+    whole = ConfKVSession(model, "full")
+    with torch.no_grad():
+        whole.append(prefix + step)
+        expected = whole.decode(5)
+    assert report["prefix_tokens"] == 30 and report["prompt_tokens"] == [20]
+    assert report["rows"][0]["tokens"] == [expected]
