@@ -216,6 +216,8 @@ def breakdown_command(
     run: list[int] = typer.Option(None, "--run", help="Only these run ids (repeatable)."),
     model: str | None = typer.Option(None, "--model", help="Only runs of this model."),
     as_json: bool = typer.Option(False, "--json", help="Print the breakdown (and every failed episode) as JSON."),
+    across_runs: bool = typer.Option(False, "--across-runs", help="Count each task and policy once over all the "
+                                     "runs (one suite finished under two runs, e.g. two dtypes)."),
 ) -> None:
     """Free-running results by site, difficulty and memory span; step cost, prefilled vs re-sent tokens; and why
     each failed episode failed (navigation, grounding, memory, format, ...; `traces.failures`), with trace ids."""
@@ -228,7 +230,7 @@ def breakdown_command(
     except TaskSpecError as exc:
         raise _fail(f"cannot load the tasks: {exc}") from None
     with _open(db) as store:
-        data = breakdown(store, loaded, run_ids=run or None, model=model)
+        data = breakdown(store, loaded, run_ids=run or None, model=model, across_runs=across_runs)
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     elif not data["overall"]:

@@ -73,12 +73,13 @@ def policy_costs(episodes: Iterable[Mapping[str, Any]], steps_of: Any) -> dict[s
 
 
 def breakdown(store: TraceStore, tasks: Iterable[Task], *, run_ids: Iterable[int] | None = None,
-              model: str | None = None) -> dict[str, Any]:  # fmt: skip
+              model: str | None = None, across_runs: bool = False) -> dict[str, Any]:  # fmt: skip
     """Everything `traces breakdown` prints, as JSON-ready data (free-running runs only; tasks not in `tasks`
-    are left out, e.g. MiniWoB++ episodes)."""
+    are left out, e.g. MiniWoB++ episodes). `across_runs`: each (task, policy) once over all runs
+    (`final_attempts`)."""
     by_id = {str(t.task_id): t for t in tasks}
     rows = [e for e in store.episodes(run_ids=run_ids, model=model) if e["mode"] != "forced"]
-    finals = [r for r in final_attempts(rows) if str(r["task_id"]) in by_id]
+    finals = [r for r in final_attempts(rows, across_runs) if str(r["task_id"]) in by_id]
     step_cache: dict[int, list[dict[str, Any]]] = {}
 
     def steps_of(episode_id: int) -> list[dict[str, Any]]:

@@ -58,17 +58,18 @@ class TraceSummary:
         }
 
 
-def final_attempts(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def final_attempts(rows: Iterable[Mapping[str, Any]], across_runs: bool = False) -> list[Mapping[str, Any]]:
     """One row per (run, task, policy): the latest `done` attempt, else the latest `error`; `running` is dropped.
 
     A crashed episode is rerun under the same run; only its final outcome should count, and an error that a rerun
-    fixed must not count as a failure.
+    fixed must not count as a failure. `across_runs` keys on (task, policy) alone, for one suite finished under two
+    runs of the same policy (e.g. resumed on a machine that needed another dtype): each task counts once.
     """
     best: dict[tuple[Any, Any, Any], Mapping[str, Any]] = {}
     for row in rows:
         if row["status"] not in ("done", "error"):
             continue
-        key = (row.get("run_id"), row["task_id"], row["policy"])
+        key = (None if across_runs else row.get("run_id"), row["task_id"], row["policy"])
         current = best.get(key)
         if current is None or _attempt_rank(row) > _attempt_rank(current):
             best[key] = row

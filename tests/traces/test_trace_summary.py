@@ -119,6 +119,9 @@ def test_running_rows_are_refused_and_final_attempts_keep_one_per_task():
     ]
     kept = final_attempts(rows)
     assert [r["id"] for r in kept] == [2, 5, 7]
+    # one suite finished under two runs: each task once, a later run's finished episode replacing an earlier error
+    rows += [ep("full", "b", 1, id_=8, run=2), ep("full", "d", 0, status="error", id_=9, run=2)]
+    assert [r["id"] for r in final_attempts(rows, across_runs=True)] == [7, 8, 9]
 
 
 def test_json_shape_and_table_rendering():
