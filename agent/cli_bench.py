@@ -318,7 +318,8 @@ def _agent_prompts(tokenizer, n: int, tokens: int) -> tuple[list[int], list[list
     from agent.observation import Observation
     from agent.prompt import ChatConversation, demo_turns, system_prompt, user_message
 
-    head = ChatConversation(tokenizer, system_prompt(), demo_turns()).render(add_generation_prompt=False)
+    system, demos = system_prompt(), demo_turns()
+    head = ChatConversation(tokenizer, system, demos).render(add_generation_prompt=False)
     prompts = []
     for i in range(n):
         items = tokens // 4
@@ -327,8 +328,7 @@ def _agent_prompts(tokenizer, n: int, tokens: int) -> tuple[list[int], list[list
                              for k in range(10, 10 + items))  # fmt: skip
             obs = Observation(text=page, url=f"http://127.0.0.1:9999/aisle/{i}", title="Aisle", tabs=["Aisle"],
                               active_tab=0)
-            chat = ChatConversation(tokenizer, system_prompt(), demo_turns())
-            chat.cached_text = head
+            chat = ChatConversation(tokenizer, system, demos, cached_text=head)  # as the agent's fork starts
             text = chat.user_turn(user_message(_DTYPE_INTENTS[i % len(_DTYPE_INTENTS)], obs, None, 0))
             ids = tokenizer(text, add_special_tokens=False).input_ids
             if len(ids) <= tokens or items <= 1:

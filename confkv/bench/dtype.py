@@ -2,11 +2,11 @@
 
 Why this shape: an agent step is a prefill of a new observation (hundreds to thousands of tokens) followed by a
 short greedy decode, through one live cache that already holds the system prompt and demonstration. So the shared
-`prefix` is prefilled once per dtype (pinned, untimed: the agent does it once per process) and each prompt is appended
-to a fork of it (chunked, as the agent does) and decoded greedily; prefill tokens/s, decode ms/token and the step time (prefill + decode) are timed
-per dtype, the dtypes interleaved prompt by prompt so load on the machine hits all of them alike. Agreement is
-against the first dtype (the reference, normally fp32): the share of prompts whose greedy tokens are identical, and
-the mean share of positions equal before the first difference.
+`prefix` is prefilled once per dtype (pinned, untimed: the agent does it once per process) and each prompt is
+appended to a fork of it (chunked, as the agent does) and decoded greedily; prefill tokens/s, decode ms/token and the
+step time (prefill + decode) are timed per dtype, the dtypes interleaved prompt by prompt so load on the machine
+hits all of them alike. Agreement is against the first dtype (the reference, normally fp32): the share of prompts
+whose greedy tokens are identical, and the mean share of positions equal before the first difference.
 """
 
 from __future__ import annotations
