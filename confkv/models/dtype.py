@@ -1,8 +1,10 @@
 """Which floating-point type to run a model in: `--dtype auto|bf16|fp16|fp32` on every command that loads one.
 
-Why `auto` looks at the CPU: bf16 matrix work is only fast where the hardware has it (CUDA; AMX-BF16 or
-AVX512-BF16 on x86). On a CPU without it, PyTorch emulates bf16 through fp32 conversions and a bf16 model is
-slower than an fp32 one, so `auto` picks fp32 there and says why. The weights cache keeps one fp32 copy per model;
+Why `auto` looks at the CPU: bf16 matrix work is only fast where the hardware has matrix units for it (CUDA;
+AMX-BF16 on x86). Measured with the 1.5B default on 2 cores (`bench dtype`, docs/results/dtype-*.json): on an AMX
+Xeon bf16 ran agent steps about 2x faster than fp32; on a Xeon with AVX512-BF16 but no AMX it was 1.43x slower
+(PyTorch's bf16 GEMMs there reach 74 GFLOPS against 105 in fp32), and on an AVX2-only EPYC, where bf16 is emulated,
+1.35x slower. So `auto` picks bf16 only with AMX-BF16 and says why; `--dtype bf16` still forces it. The weights cache keeps one fp32 copy per model;
 the dtype is applied on load. Confidence, softmax and the attention-mass accumulators stay fp32 whatever this says.
 """
 
@@ -51,8 +53,11 @@ def resolve_dtype(name: str | torch.dtype | None, device: str | None = None, cpu
                 return torch.bfloat16, "auto: bf16 (CUDA device with bf16 support)"
             return torch.float16, "auto: fp16 (CUDA device without bf16)"
         flags = cpu_bf16_flags(cpuinfo)
+        if "amx_bf16" in flags:
+            return torch.bfloat16, f"auto: bf16 (CPU has native bf16 matrix units: {', '.join(flags)})"
         if flags:
-            return torch.bfloat16, f"auto: bf16 (CPU has native bf16: {', '.join(flags)})"
+            return torch.float32, ("auto: fp32 (CPU has avx512_bf16 but no AMX-BF16: bf16 measured slower than fp32 "
+                                   "there; --dtype bf16 forces it)")
         return torch.float32, "auto: fp32 (this CPU has no AMX-BF16/AVX512-BF16; emulated bf16 would be slower)"
     if key not in DTYPES:
         raise DtypeError(f"unknown dtype {name!r}; expected one of {', '.join(CHOICES)}")
