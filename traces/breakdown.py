@@ -8,6 +8,13 @@ per-group figures reuse `summarize`, so "success", "retention vs full" and "KV v
 "Re-send" is what an agent runtime that sends the whole conversation every step (the anchors' way) would prefill:
 the context length before each step's reply (`total_tokens - output_tokens`), summed over steps. The live cache
 prefills only each step's new turn (`prefilled_tokens`; the system prompt is prefilled once per process).
+
+"Attended" is what each step's attention actually spans: the kept tokens per layer (mean over layers) at the end of
+the step, against the conversation's logical length. Why it is reported: it is the machine-independent part of a
+step's cost that eviction changes. Each prefilled token attends to every kept one, and on the 1.5B default at a
+12K-token context that attention costs as much compute as ~65% of the weight matmuls (measured: one 512-query sdpa
+chunk over 12K keys took 0.73 s per layer on one core), so a full-KV forum episode's steps slow down as it goes,
+while an evicting policy's stay flat. Seconds per step are not comparable across runs on different machines.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ class PolicyCost:
     mean_steps: float | None
     mean_prefilled_tokens: float | None
     mean_resend_tokens: float | None
+    mean_context_tokens: float | None = None  # per step: the conversation's logical length
+    mean_attended_tokens: float | None = None  # per step: kept tokens (mean over layers)
 
 
 def task_group(task: Task, grouping: str) -> str:
@@ -52,10 +61,16 @@ def policy_costs(episodes: Iterable[Mapping[str, Any]], steps_of: Any) -> dict[s
     """Step-level costs per policy; `steps_of(episode_id)` returns the episode's step rows."""
     per: dict[str, dict[str, list[float]]] = {}
     for ep in episodes:
-        acc = per.setdefault(ep["policy"], {"step_s": [], "steps": [], "prefilled": [], "resend": []})
+        acc = per.setdefault(ep["policy"], {"step_s": [], "steps": [], "prefilled": [], "resend": [], "context": [],
+                                            "attended": []})  # fmt: skip
         steps = steps_of(int(ep["id"]))
         acc["steps"].append(len(steps))
         acc["step_s"] += [s["step_ms"] / 1000 for s in steps if s.get("step_ms") is not None]
+        for s in steps:
+            kept = _kept(s.get("kept_tokens_per_layer"))
+            if kept is not None and s.get("total_tokens") is not None:
+                acc["context"].append(s["total_tokens"])
+                acc["attended"].append(kept)
         if steps and all(s.get("total_tokens") is not None for s in steps):
             acc["prefilled"].append(sum(s.get("prefilled_tokens") or 0 for s in steps))
             acc["resend"].append(sum(s["total_tokens"] - (s.get("output_tokens") or 0) for s in steps))
@@ -67,9 +82,20 @@ def policy_costs(episodes: Iterable[Mapping[str, Any]], steps_of: Any) -> dict[s
             mean_steps=fmean(acc["steps"]) if acc["steps"] else None,
             mean_prefilled_tokens=fmean(acc["prefilled"]) if acc["prefilled"] else None,
             mean_resend_tokens=fmean(acc["resend"]) if acc["resend"] else None,
+            mean_context_tokens=fmean(acc["context"]) if acc["context"] else None,
+            mean_attended_tokens=fmean(acc["attended"]) if acc["attended"] else None,
         )
         for policy, acc in per.items()
     }
+
+
+def _kept(per_layer: Any) -> float | None:
+    """Mean kept tokens over layers from a step row's `kept_tokens_per_layer` (a JSON list, or already a list)."""
+    if isinstance(per_layer, str):
+        import json
+
+        per_layer = json.loads(per_layer)
+    return fmean(per_layer) if per_layer else None
 
 
 def breakdown(store: TraceStore, tasks: Iterable[Task], *, run_ids: Iterable[int] | None = None,
@@ -139,12 +165,13 @@ def breakdown_markdown(data: Mapping[str, Any]) -> str:
     for grouping, values in data["groups"].items():
         for value, group in values.items():
             lines.append(row(f"{grouping}: {value}", group))
-    lines += ["", "| policy | episodes | steps | median s/step | mean steps | prefilled tok/ep | re-send tok/ep |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["", "| policy | episodes | steps | median s/step | mean steps | prefilled tok/ep | re-send tok/ep | "
+              "attended / context tok/step |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for p, c in data["costs"].items():
         lines.append(f"| {p} | {c['episodes']} | {c['steps']} | {_num(c['median_step_s'], 1)} | "
                      f"{_num(c['mean_steps'], 1)} | {_num(c['mean_prefilled_tokens'], 0)} | "
-                     f"{_num(c['mean_resend_tokens'], 0)} |")  # fmt: skip
+                     f"{_num(c['mean_resend_tokens'], 0)} | {_num(c.get('mean_attended_tokens'), 0)} / "
+                     f"{_num(c.get('mean_context_tokens'), 0)} |")  # fmt: skip
     lines += ["", "| policy | " + " | ".join(CATEGORIES) + " |", "|---" * (1 + len(CATEGORIES)) + "|"]
     for p, counts in data["failures"].items():
         lines.append(f"| {p} | " + " | ".join(str(counts[c]) for c in CATEGORIES) + " |")

@@ -72,13 +72,14 @@ def test_action_tasks_split_on_whether_the_checked_page_was_reached() -> None:
 
 
 def _record(store: TraceStore, run: int, task: str, policy: str, success: bool, pages: list[str],
-            total: list[int], kv: int) -> None:  # fmt: skip
+            total: list[int], kv: int, kept: list[int] | None = None) -> None:  # fmt: skip
     ep = store.start_episode(run, task, policy)
+    kept = kept or total  # full keeps the whole conversation
     for i, page in enumerate(pages):
         store.add_step(ep, StepRecord(step=i, url="http://127.0.0.1:9/", observation=page, observation_tokens=10,
                                       prefilled_tokens=100, total_tokens=total[i], output_tokens=10,
                                       raw_output="click [3]", action="click [3]", result="OK", parse_error=None,
-                                      exec_error=None, kept_tokens_per_layer=[1], kv_bytes=kv, prefill_ms=1.0,
+                                      exec_error=None, kept_tokens_per_layer=[kept[i], kept[i] + 2], kv_bytes=kv, prefill_ms=1.0,
                                       decode_ms=1.0, step_ms=1000.0 * (i + 1)))  # fmt: skip
     store.finish_episode(ep, success=success, score=float(success), eval_reason="r", peak_kv_bytes=kv,
                          full_kv_bytes=4 * kv, wall_s=1.0)  # fmt: skip
@@ -92,7 +93,7 @@ def db(tmp_path: Path) -> Path:
         conf = store.start_run("m", "confkv", {"name": "confkv"})
         _record(store, full, "1", "full", True, [HOME, RESULTS], [600, 800], 400)
         _record(store, full, "101", "full", False, [HOME, HOME, HOME], [600, 800, 1000], 600)
-        _record(store, conf, "1", "confkv", False, [HOME, RESULTS], [600, 800], 100)
+        _record(store, conf, "1", "confkv", False, [HOME, RESULTS], [600, 800], 100, kept=[600, 500])
     return path
 
 
@@ -109,6 +110,12 @@ def test_breakdown_groups_costs_and_failures(db: Path) -> None:
     # re-send: the context before each reply (total - output), summed; the cache prefilled 100 per step
     assert costs["mean_resend_tokens"] == pytest.approx(((590 + 790) + (590 + 790 + 990)) / 2)
     assert costs["mean_prefilled_tokens"] == pytest.approx((200 + 300) / 2)
+    # attended: kept tokens per step, mean over layers (here layer 2 keeps 2 more), against the logical length
+    assert costs["mean_context_tokens"] == pytest.approx((600 + 800 + 600 + 800 + 1000) / 5)
+    assert costs["mean_attended_tokens"] == pytest.approx(costs["mean_context_tokens"] + 1)
+    conf_costs = data["costs"]["confkv"]
+    assert conf_costs["mean_attended_tokens"] == pytest.approx((601 + 501) / 2) and conf_costs["mean_context_tokens"] == 700
+    assert "| 551 / 700 |" in breakdown_markdown(data)
     assert data["failures"]["confkv"]["grounding"] == 1  # the price was on its last page
     assert data["failures"]["full"]["navigation"] == 1
     assert "| shopping" not in breakdown_markdown(data) and "| site: shopping |" in breakdown_markdown(data)
