@@ -14,7 +14,8 @@ the step, against the conversation's logical length. Why it is reported: it is t
 step's cost that eviction changes. Each prefilled token attends to every kept one; on the 1.5B default at a
 12K-token context a 512-token chunk's sdpa took 0.73 s per layer on one core (fp32), ~20 s over 28 layers, against
 ~15 s for the same tokens' weight matmuls (34 tok/s), so a full-KV forum episode (3.5K-token pages) slows down step
-by step while an evicting policy's steps stay flat. Seconds per step are not comparable across runs on different machines.
+by step while an evicting policy's steps stay flat. Seconds per step are not comparable across runs on different
+machines.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ class PolicyCost:
     mean_steps: float | None
     mean_prefilled_tokens: float | None
     mean_resend_tokens: float | None
-    mean_context_tokens: float | None = None  # per step: the conversation's logical length
-    mean_attended_tokens: float | None = None  # per step: kept tokens (mean over layers)
+    mean_context_tokens: float | None  # per step: the conversation's logical length
+    mean_attended_tokens: float | None  # per step: kept tokens (mean over layers)
 
 
 def task_group(task: Task, grouping: str) -> str:
@@ -67,10 +68,9 @@ def policy_costs(episodes: Iterable[Mapping[str, Any]], steps_of: Any) -> dict[s
         acc["steps"].append(len(steps))
         acc["step_s"] += [s["step_ms"] / 1000 for s in steps if s.get("step_ms") is not None]
         for s in steps:
-            kept = _kept(s.get("kept_tokens_per_layer"))
-            if kept is not None and s.get("total_tokens") is not None:
+            if s.get("kept_tokens_per_layer") and s.get("total_tokens") is not None:  # the store decodes the list
                 acc["context"].append(s["total_tokens"])
-                acc["attended"].append(kept)
+                acc["attended"].append(fmean(s["kept_tokens_per_layer"]))
         if steps and all(s.get("total_tokens") is not None for s in steps):
             acc["prefilled"].append(sum(s.get("prefilled_tokens") or 0 for s in steps))
             acc["resend"].append(sum(s["total_tokens"] - (s.get("output_tokens") or 0) for s in steps))
@@ -87,15 +87,6 @@ def policy_costs(episodes: Iterable[Mapping[str, Any]], steps_of: Any) -> dict[s
         )
         for policy, acc in per.items()
     }
-
-
-def _kept(per_layer: Any) -> float | None:
-    """Mean kept tokens over layers from a step row's `kept_tokens_per_layer` (a JSON list, or already a list)."""
-    if isinstance(per_layer, str):
-        import json
-
-        per_layer = json.loads(per_layer)
-    return fmean(per_layer) if per_layer else None
 
 
 def breakdown(store: TraceStore, tasks: Iterable[Task], *, run_ids: Iterable[int] | None = None,
@@ -170,8 +161,8 @@ def breakdown_markdown(data: Mapping[str, Any]) -> str:
     for p, c in data["costs"].items():
         lines.append(f"| {p} | {c['episodes']} | {c['steps']} | {_num(c['median_step_s'], 1)} | "
                      f"{_num(c['mean_steps'], 1)} | {_num(c['mean_prefilled_tokens'], 0)} | "
-                     f"{_num(c['mean_resend_tokens'], 0)} | {_num(c.get('mean_attended_tokens'), 0)} / "
-                     f"{_num(c.get('mean_context_tokens'), 0)} |")  # fmt: skip
+                     f"{_num(c['mean_resend_tokens'], 0)} | {_num(c['mean_attended_tokens'], 0)} / "
+                     f"{_num(c['mean_context_tokens'], 0)} |")  # fmt: skip
     lines += ["", "| policy | " + " | ".join(CATEGORIES) + " |", "|---" * (1 + len(CATEGORIES)) + "|"]
     for p, counts in data["failures"].items():
         lines.append(f"| {p} | " + " | ".join(str(counts[c]) for c in CATEGORIES) + " |")

@@ -4,8 +4,8 @@ Why `auto` looks at the CPU: bf16 matrix work is only fast where the hardware ha
 AMX-BF16 on x86). Measured with the 1.5B default on 2 cores (`bench dtype`, docs/results/dtype-*.json): on an AMX
 Xeon bf16 ran agent steps about 2x faster than fp32; on a Xeon with AVX512-BF16 but no AMX it was 1.43x slower
 (PyTorch's bf16 GEMMs there reach 74 GFLOPS against 105 in fp32), and on an AVX2-only EPYC, where bf16 is emulated,
-1.35x slower. So `auto` picks bf16 only with AMX-BF16 and says why; `--dtype bf16` still forces it. The weights cache keeps one fp32 copy per model;
-the dtype is applied on load. Confidence, softmax and the attention-mass accumulators stay fp32 whatever this says.
+1.35x slower. So `auto` picks bf16 only with AMX-BF16 and says why; `--dtype bf16` still forces it. The weights
+cache keeps one fp32 copy per model; the dtype is applied on load. Confidence, softmax and the attention-mass accumulators stay fp32 whatever this says.
 """
 
 from __future__ import annotations

@@ -79,8 +79,8 @@ def _record(store: TraceStore, run: int, task: str, policy: str, success: bool, 
         store.add_step(ep, StepRecord(step=i, url="http://127.0.0.1:9/", observation=page, observation_tokens=10,
                                       prefilled_tokens=100, total_tokens=total[i], output_tokens=10,
                                       raw_output="click [3]", action="click [3]", result="OK", parse_error=None,
-                                      exec_error=None, kept_tokens_per_layer=[kept[i], kept[i] + 2], kv_bytes=kv, prefill_ms=1.0,
-                                      decode_ms=1.0, step_ms=1000.0 * (i + 1)))  # fmt: skip
+                                      exec_error=None, kept_tokens_per_layer=[kept[i], kept[i] + 2], kv_bytes=kv,
+                                      prefill_ms=1.0, decode_ms=1.0, step_ms=1000.0 * (i + 1)))  # fmt: skip
     store.finish_episode(ep, success=success, score=float(success), eval_reason="r", peak_kv_bytes=kv,
                          full_kv_bytes=4 * kv, wall_s=1.0)  # fmt: skip
 
@@ -114,7 +114,8 @@ def test_breakdown_groups_costs_and_failures(db: Path) -> None:
     assert costs["mean_context_tokens"] == pytest.approx((600 + 800 + 600 + 800 + 1000) / 5)
     assert costs["mean_attended_tokens"] == pytest.approx(costs["mean_context_tokens"] + 1)
     conf_costs = data["costs"]["confkv"]
-    assert conf_costs["mean_attended_tokens"] == pytest.approx((601 + 501) / 2) and conf_costs["mean_context_tokens"] == 700
+    assert conf_costs["mean_attended_tokens"] == pytest.approx((601 + 501) / 2)
+    assert conf_costs["mean_context_tokens"] == 700
     assert "| 551 / 700 |" in breakdown_markdown(data)
     assert data["failures"]["confkv"]["grounding"] == 1  # the price was on its last page
     assert data["failures"]["full"]["navigation"] == 1
