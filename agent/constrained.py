@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from agent.actions import FIELD_ROLES, VERB_TABLE, Verb
+from agent.actions import VERB_TABLE, Verb
 
 SPECIAL_CHARS = "[]"  # with every non-printable char (newlines, tabs, controls): what may end a free segment
 FREE_FORBIDDEN = "[]"  # inside type text / goto url / stop answer (non-printable chars are never free text)
@@ -88,11 +88,14 @@ class ActionGrammar:
         # keeping it with its full choice let the 1.5B agent, whose first choice is `type` on almost every page,
         # cycle through the same fields. Verbs without a target (scroll, go_back, stop, ...) always remain.
         self.avoid = {verb: {str(i) for i in ids_} for verb, ids_ in (avoid or {}).items()}
-        # `roles` (observation id -> AX role): verbs marked `fields_only` may only target fields (a page without
-        # any keeps every id, so the verb stays expressible and the executor reports the failure).
+        # `roles` (observation id -> AX role): a verb with `target_roles` may only target elements of those roles (a
+        # page with none keeps every id, so the verb stays expressible and the executor reports the failure).
         ids = list(ids)
-        fields = {str(i) for i in ids if roles and roles.get(i) in FIELD_ROLES}
-        self.field_targets = Choice(frozenset(fields)) if fields else None
+        self.role_targets: dict[frozenset[str], Choice] = {}
+        for verb in VERB_TABLE:
+            allowed = {str(i) for i in ids if roles and roles.get(i) in (verb.target_roles or ())}
+            if verb.target_roles and allowed:
+                self.role_targets[verb.target_roles] = Choice(frozenset(allowed))
         # One segment per argument kind of `agent.actions.VERB_TABLE` (a new verb needs no edit here; a new kind does).
         self.arg_segments: dict[str, Segment] = {
             "target": Choice(frozenset(str(i) for i in ids) or frozenset({"0"})),
@@ -124,8 +127,10 @@ class ActionGrammar:
         segments: list[Segment] = [lit(f"{verb.verb} [")]
         for i, kind in enumerate(verb.args):
             seg = self.arg_segments[kind]
-            if kind == "target" and verb.fields_only and self.field_targets is not None:
-                seg = self.field_targets
+            if kind == "target" and verb.target_roles in self.role_targets:
+                seg = self.role_targets[verb.target_roles]
+            if kind == "url":  # an absolute or site-relative URL: the 1.5B agent wrote `goto [1]` meaning an id
+                segments.append(Choice.of("http", "/"))
             if kind == "target" and self.avoid.get(verb.verb) and isinstance(seg, Choice):
                 allowed = seg.options - self.avoid[verb.verb]
                 if not allowed:

@@ -285,7 +285,9 @@ def _goto(session: BrowserSession, action: Action, observation: Observation | No
         session.blocked.append(url)
         allowed = ", ".join(sorted(session.policy.origins))
         raise ActionFailed(f"goto refused: {url} is not one of the task's sites ({allowed})")
-    page.goto(url, wait_until="load")
+    response = page.goto(url, wait_until="load")
+    if response is not None and response.status >= 400:  # the error page stays open; the agent must know it failed
+        raise ActionFailed(f"goto {url}: the site answered HTTP {response.status} {response.status_text}".rstrip())
 
 
 def _history(session: BrowserSession, action: Action, observation: Observation | None) -> None:

@@ -153,6 +153,12 @@ def test_foreign_origin_is_blocked_and_logged(session: BrowserSession, site, for
     assert session.active_page.url == f"{site.url}/index.html"
 
 
+def test_goto_a_missing_page_is_a_failure_the_agent_sees(session: BrowserSession, site) -> None:
+    missing = run(session, f"goto [{site.url}/no-such-page.html]")
+    assert not missing.ok and "HTTP 404" in missing.error  # a 404 page must not read as "OK"
+    assert run(session, f"goto [{site.url}/index.html]").ok
+
+
 def test_unknown_and_stale_ids_are_errors_not_crashes(session: BrowserSession, site) -> None:
     obs = open_page(session, f"{site.url}/index.html")
     unknown = run(session, "click [999]", obs)

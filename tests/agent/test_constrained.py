@@ -134,13 +134,41 @@ def test_type_and_clear_only_target_fields_when_the_page_names_roles(tok, index)
     assert targets <= {3, 40} and targets  # never the link or the text
     click_id = tok.convert_tokens_to_ids("click")
     bias = torch.zeros(512)
-    bias[click_id] = 100.0  # other verbs still reach every id
+    bias[click_id] = 100.0  # click reaches the link only: not the text, and not the fields (`type` fills those)
     clicked = {parse_action(_decode(tok, index, grammar, seed, bias=bias)).target for seed in range(30)}
-    assert clicked - {3, 40}
+    assert clicked == {34}
+    bare = ActionGrammar({35: "StaticText", 40: "textbox"}, roles={35: "StaticText", 40: "textbox"})
+    clicked = {parse_action(_decode(tok, index, bare, seed, bias=bias)).target for seed in range(30)}
+    assert clicked == {35, 40}  # nothing clickable on the page: click keeps every id (the executor reports it)
     no_fields = ActionGrammar({34: "link"}, roles={34: "link"})  # no field on the page: type stays expressible
     bias = torch.zeros(512)
     bias[type_id] = 100.0
     assert parse_action(_decode(tok, index, no_fields, 0, bias=bias)).target == 34
+
+
+def test_goto_takes_a_url_not_an_element_id(tok, index):
+    grammar = ActionGrammar({1, 15})
+    states = grammar.advance(grammar.start(), "goto [")
+    assert not grammar.advance(states, "1]")  # `goto [1]` (an id) is not a URL
+    for url in ("http://127.0.0.1:8001/orders", "https://a.example/x", "/orders?page=2"):
+        assert grammar.accepts(grammar.advance(states, url + "]")), url
+
+
+def test_after_a_submitted_search_the_next_reply_does_not_type_again(tok, index):
+    from agent.model_policy import submit_ban
+
+    ban = submit_ban("type [3] [blue mug] [1]", "OK: type [3] [blue mug] [1]", {3: 30, 30: 31, 31: 32})
+    assert ban == {"type": {3, 30, 31}}  # every field of the new page, for this one turn
+    assert submit_ban("type [3] [blue mug] [0]", "OK: type [3] [blue mug] [0]", {3: 30}) == {}  # no Enter: go on
+    assert submit_ban("type [3] [blue mug] [1]", "FAILED: no element [3]", {3: 30}) == {}
+    assert submit_ban("click [3]", "OK: click [3]", {3: 30}) == {} and submit_ban(None, None, {}) == {}
+    type_id = tok.convert_tokens_to_ids("type")
+    bias = torch.zeros(512)
+    bias[type_id] = 100.0
+    roles = {3: "searchbox", 30: "textbox", 34: "link"}
+    grammar = ActionGrammar(roles, roles=roles, avoid=ban)
+    for seed in range(10):
+        assert parse_action(_decode(tok, index, grammar, seed, bias=bias)).verb != "type"
 
 
 def test_an_element_already_acted_on_from_this_page_is_banned_there_for_that_verb():
