@@ -88,14 +88,16 @@ class ActionGrammar:
         # keeping it with its full choice let the 1.5B agent, whose first choice is `type` on almost every page,
         # cycle through the same fields. Verbs without a target (scroll, go_back, stop, ...) always remain.
         self.avoid = {verb: {str(i) for i in ids_} for verb, ids_ in (avoid or {}).items()}
-        # `roles` (observation id -> AX role): a verb with `target_roles` may only target elements of those roles (a
-        # page with none keeps every id, so the verb stays expressible and the executor reports the failure).
+        # `roles` (observation id -> AX role): a verb's target must have one of its `target_roles` and none of its
+        # `skip_roles` (a page with no such element keeps every id: the verb stays expressible, the executor reports).
         ids = list(ids)
-        self.role_targets: dict[frozenset[str], Choice] = {}
+        self.role_targets: dict[str, Choice] = {}
         for verb in VERB_TABLE:
-            allowed = {str(i) for i in ids if roles and roles.get(i) in (verb.target_roles or ())}
-            if verb.target_roles and allowed:
-                self.role_targets[verb.target_roles] = Choice(frozenset(allowed))
+            if roles and (verb.target_roles or verb.skip_roles):
+                allowed = {str(i) for i in ids if (verb.target_roles is None or roles.get(i) in verb.target_roles)
+                           and roles.get(i) not in verb.skip_roles}
+                if allowed:
+                    self.role_targets[verb.verb] = Choice(frozenset(allowed))
         # One segment per argument kind of `agent.actions.VERB_TABLE` (a new verb needs no edit here; a new kind does).
         self.arg_segments: dict[str, Segment] = {
             "target": Choice(frozenset(str(i) for i in ids) or frozenset({"0"})),
@@ -127,8 +129,8 @@ class ActionGrammar:
         segments: list[Segment] = [lit(f"{verb.verb} [")]
         for i, kind in enumerate(verb.args):
             seg = self.arg_segments[kind]
-            if kind == "target" and verb.target_roles in self.role_targets:
-                seg = self.role_targets[verb.target_roles]
+            if kind == "target" and verb.verb in self.role_targets:
+                seg = self.role_targets[verb.verb]
             if kind == "url":  # an absolute or site-relative URL: the 1.5B agent wrote `goto [1]` meaning an id
                 segments.append(Choice.of("http", "/"))
             if kind == "target" and self.avoid.get(verb.verb) and isinstance(seg, Choice):

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 #: The agent's decision rules (bans, turn layout). Bump it when they change: it is part of an eval's run key
 #: (`agent.batch.agent_identity`), so a resumed batch never mixes two agents. 2: `page_bans`; 3: a verb whose
 #: targets are all banned is dropped for the turn (`ActionGrammar`); 4: a demonstration episode as chat turns;
-#: 5: click/hover only on clickable roles, goto only a URL, no `type` right after a submitted one (`submit_ban`).
-AGENT_VERSION = 5
+#: 5: click/hover only on controls, goto only a URL, no `type` right after a submitted one (`submit_ban`);
+#: 6: as 5, but click/hover only avoid landmarks and containers (v5's ban on text/cells lost a pass at once).
+AGENT_VERSION = 6
 STOP_TOKEN_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "</s>")
 
 

@@ -134,12 +134,13 @@ def test_type_and_clear_only_target_fields_when_the_page_names_roles(tok, index)
     assert targets <= {3, 40} and targets  # never the link or the text
     click_id = tok.convert_tokens_to_ids("click")
     bias = torch.zeros(512)
-    bias[click_id] = 100.0  # click reaches the link only: not the text, and not the fields (`type` fills those)
-    clicked = {parse_action(_decode(tok, index, grammar, seed, bias=bias)).target for seed in range(30)}
-    assert clicked == {34}
-    bare = ActionGrammar({35: "StaticText", 40: "textbox"}, roles={35: "StaticText", 40: "textbox"})
-    clicked = {parse_action(_decode(tok, index, bare, seed, bias=bias)).target for seed in range(30)}
-    assert clicked == {35, 40}  # nothing clickable on the page: click keeps every id (the executor reports it)
+    bias[click_id] = 100.0  # click reaches the link, text and fields, not a landmark
+    roles[50] = "navigation"
+    grammar = ActionGrammar(roles, roles=roles)
+    clicked = {parse_action(_decode(tok, index, grammar, seed, bias=bias)).target for seed in range(40)}
+    assert 50 not in clicked and clicked >= {34, 35}
+    bare = ActionGrammar({50: "navigation"}, roles={50: "navigation"})  # only a landmark: click keeps it
+    assert parse_action(_decode(tok, index, bare, 0, bias=bias)).target == 50
     no_fields = ActionGrammar({34: "link"}, roles={34: "link"})  # no field on the page: type stays expressible
     bias = torch.zeros(512)
     bias[type_id] = 100.0
