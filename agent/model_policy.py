@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 #: The agent's decision rules (bans, turn layout). Bump it when they change: it is part of an eval's run key
 #: (`agent.batch.agent_identity`), so a resumed batch never mixes two agents. 2: `page_bans`; 3: a verb whose
 #: targets are all banned is dropped for the turn (`ActionGrammar`); 4: a demonstration episode as chat turns;
-#: 5: click/hover only on controls, goto only a URL, no `type` right after a submitted one (`submit_ban`);
+#: 5: click/hover only on controls, goto only a URL, no `type` right after a submitted one (`repeat_ban`);
 #: 6: as 5, but click/hover only avoid landmarks and containers (v5's ban on text/cells lost a pass at once).
 AGENT_VERSION = 6
 STOP_TOKEN_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "</s>")
@@ -113,20 +113,24 @@ class ScriptedAgent:
 _PREFIXES: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], Any]] = weakref.WeakKeyDictionary()
 
 
-def repeat_ban(last_reply: str | None, last_result: str | None) -> dict[str, set[int]]:
-    """Per verb, the target the next reply may not use: the target of the last action if it FAILED (rule 4 of
-    the prompt, enforced), and after a successful `type [i] ...` the field [i] for `type`.
+def repeat_ban(last_reply: str | None, last_result: str | None, ids: Iterable[int] = ()) -> dict[str, set[int]]:
+    """Per verb, the targets the next reply may not use, from the last action alone: its target if it FAILED (rule
+    4 of the prompt, enforced); after a successful `type [i] ...` the field [i] for `type`; and after a successful
+    *submitted* `type [i] [text] [1]`, every id of the new page (`ids`) for `type`, for this one turn.
 
     Why: the 1.5B agent's commonest loops on the default task were re-typing the same search into the box it had
     just filled (the results were on the page) and repeating an action that had just failed, until the 5-repeats
-    rule ended the episode. Neither ever moves a task forward; the same target stays possible one step later.
+    rule ended the episode. In the v4 full-KV eval (run 1), a submitted `type` was followed by another `type` 78
+    times out of 102, all in failed episodes (51 times a different text, e.g. the search words again into a price
+    filter); in the episodes that passed, the next action was a click on the results. Forms with several fields
+    stay possible with `[0]` (no Enter), and every ban here lasts one step.
     """
     from agent.actions import ActionParseError, parse_action
 
     if not last_reply or not last_result:
         return {}
-    failed = last_result.startswith("FAILED")
-    if not (failed or last_result.startswith("OK: type [")):
+    typed = last_result.startswith("OK: type [")
+    if not (typed or last_result.startswith("FAILED")):
         return {}
     try:
         action = parse_action(last_reply)
@@ -134,26 +138,9 @@ def repeat_ban(last_reply: str | None, last_result: str | None) -> dict[str, set
         return {}
     if not isinstance(action.target, int):
         return {}
+    if typed and action.verb == "type" and action.press_enter:
+        return {"type": {action.target, *ids}}
     return {action.verb: {action.target}}
-
-
-def submit_ban(last_reply: str | None, last_result: str | None, ids: Iterable[int]) -> dict[str, set[int]]:
-    """After a successful `type [i] [text] [1]` (text entered and submitted), no `type` at all on the next turn.
-
-    Why: in the v4 full-KV eval (run 1), a submitted `type` was followed by another `type` 78 times out of 102, all
-    in failed episodes (51 times a different text, e.g. the search words again into a price filter); in the
-    episodes that passed, the next action was always a click on the results. One turn only: forms with several
-    fields stay possible with `[0]` (no Enter), and from the step after.
-    """
-    from agent.actions import ActionParseError, parse_action
-
-    if not last_reply or not last_result or not last_result.startswith("OK: type ["):
-        return {}
-    try:
-        action = parse_action(last_reply)
-    except ActionParseError:
-        return {}
-    return {"type": set(ids)} if action.verb == "type" and action.press_enter else {}
 
 
 def page_bans(tried: set[tuple[str, str, tuple[str, str]]], observation: Observation) -> dict[str, set[int]]:
@@ -261,12 +248,11 @@ class ModelAgent:
             return None
         assert self.index is not None
         avoid = page_bans(self.tried, observation)
-        for ban in (repeat_ban(self.last_reply, last_result),
-                    submit_ban(self.last_reply, last_result, observation.nodes or observation.ids)):
-            for verb, ids in ban.items():
-                avoid.setdefault(verb, set()).update(ids)
+        page_ids = observation.nodes or observation.ids
+        for verb, ids in repeat_ban(self.last_reply, last_result, page_ids).items():
+            avoid.setdefault(verb, set()).update(ids)
         grammar = ActionGrammar(
-            observation.nodes or observation.ids, n_tabs=len(observation.tabs),
+            page_ids, n_tabs=len(observation.tabs),
             reasoning_chars=160 if self.reasoning else 0, avoid=avoid,
             roles={i: role for i, (role, _) in observation.nodes.items()},
         )  # fmt: skip

@@ -156,13 +156,14 @@ def test_goto_takes_a_url_not_an_element_id(tok, index):
 
 
 def test_after_a_submitted_search_the_next_reply_does_not_type_again(tok, index):
-    from agent.model_policy import submit_ban
+    from agent.model_policy import repeat_ban
 
-    ban = submit_ban("type [3] [blue mug] [1]", "OK: type [3] [blue mug] [1]", {3: 30, 30: 31, 31: 32})
+    ban = repeat_ban("type [3] [blue mug] [1]", "OK: type [3] [blue mug] [1]", {3: 30, 30: 31, 31: 32})
     assert ban == {"type": {3, 30, 31}}  # every field of the new page, for this one turn
-    assert submit_ban("type [3] [blue mug] [0]", "OK: type [3] [blue mug] [0]", {3: 30}) == {}  # no Enter: go on
-    assert submit_ban("type [3] [blue mug] [1]", "FAILED: no element [3]", {3: 30}) == {}
-    assert submit_ban("click [3]", "OK: click [3]", {3: 30}) == {} and submit_ban(None, None, {}) == {}
+    no_enter = repeat_ban("type [3] [blue mug] [0]", "OK: type [3] [blue mug] [0]", {3: 30, 7: 31})
+    assert no_enter == {"type": {3}}  # no Enter: other fields of the form stay open
+    assert repeat_ban("type [3] [blue mug] [1]", "FAILED: no element [3]", {3: 30}) == {"type": {3}}
+    assert repeat_ban("click [3]", "OK: click [3]", {3: 30}) == {} and repeat_ban(None, None, {}) == {}
     type_id = tok.convert_tokens_to_ids("type")
     bias = torch.zeros(512)
     bias[type_id] = 100.0
