@@ -1,4 +1,4 @@
-"""`confkv-agent traces ls|summary|breakdown|browse`, `confkv-agent replay` and `confkv-agent report`: read the trace database.
+"""`confkv-agent traces ls|summary|breakdown|compare|browse`, `confkv-agent replay` and `confkv-agent report`: read the trace database.
 
 These commands only read, so they never create a database: a missing or foreign file is a one-line error.
 sqlite-utils, rich rendering and matplotlib are imported inside the commands to keep `--help` fast.
@@ -241,6 +241,42 @@ def breakdown_command(
             typer.echo(f"episode {f['episode_id']} task {f['task_id']} {f['policy']}: {f['category']}: {f['detail']}")
 
 
+def _run_spec(spec: str, db: Path) -> tuple[Path, int]:
+    """`RUN` (a run of --db) or `PATH:RUN` (a run of another database) -> (database, run id)."""
+    path, _, run = spec.rpartition(":")
+    if not run.isdigit():
+        raise _fail(f"{spec!r} is not a run: give a run id (`traces ls` shows them) or DB_PATH:RUN_ID")
+    return (Path(path) if path else db), int(run)
+
+
+def compare_command(
+    old: str = typer.Argument(..., help="The older run: RUN_ID (of --db) or DB_PATH:RUN_ID."),
+    new: str = typer.Argument(..., help="The newer run: RUN_ID (of --db) or DB_PATH:RUN_ID."),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    policy: str = typer.Option("full", "--policy", help="Compare the episodes of this KV policy."),
+    as_json: bool = typer.Option(False, "--json", help="Print the pairs as JSON."),
+) -> None:
+    """Pair two runs' finished episodes by task: outcome each, and the first step where the actions differ (with
+    greedy decoding on one machine and dtype, the step where a changed agent rule first bit)."""
+    from dataclasses import asdict
+
+    from traces.compare import compare_markdown, compare_runs
+    from traces.store import TraceStoreError
+
+    (old_db, old_run), (new_db, new_run) = _run_spec(old, db), _run_spec(new, db)
+    with _open(old_db) as a, _open(new_db) as b:
+        try:
+            pairs = compare_runs(a, old_run, b, new_run, policy)
+        except TraceStoreError as exc:
+            raise _fail(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps([asdict(p) | {"first_difference": p.first_difference} for p in pairs], indent=2))
+    elif not pairs:
+        typer.echo(f"the two runs share no finished {policy} episode")
+    else:
+        typer.echo(compare_markdown(pairs))
+
+
 def register(app: typer.Typer) -> None:
     """Add `traces ls|summary`, `replay` and `report` to the root app."""
     traces_app = typer.Typer(help="Inspect recorded episodes.", no_args_is_help=True)
@@ -248,6 +284,7 @@ def register(app: typer.Typer) -> None:
     traces_app.command("summary")(summary_command)
     traces_app.command("browse")(browse_command)
     traces_app.command("breakdown")(breakdown_command)
+    traces_app.command("compare")(compare_command)
     app.add_typer(traces_app, name="traces")
     app.command("replay")(replay_command)
     app.command("report")(report_command)

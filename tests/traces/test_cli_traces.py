@@ -58,3 +58,33 @@ def test_report_and_summary(populated, tmp_path):
     policies = json.loads(result.output)["policies"]
     assert policies["confkv"]["retention_vs_full"] == 0.5 and policies["confkv"]["peak_kv_ratio_vs_full"] == 0.25
     assert runner.invoke(app, ["report", "--db", db]).exit_code == 2  # --out is required
+
+
+def test_traces_compare_pairs_two_runs_by_task_and_names_the_first_differing_step(tmp_path):
+    from traces.store import TraceStore
+
+    old_db, new_db = tmp_path / "old.sqlite", tmp_path / "new.sqlite"
+    plans = {  # task -> (actions, success) per database
+        old_db: {"1": (["click [3]", "stop [a]"], True), "2": (["click [4]", "stop [b]"], False), "9": (["stop"], False)},
+        new_db: {"1": (["click [3]", "click [5]", "stop [c]"], False), "2": (["click [4]", "stop [b]"], True)},
+    }
+    for path, plan in plans.items():
+        with TraceStore(path) as store:
+            run = store.start_run("tiny", "full", {}, git_revision="abc", machine={"cores": 2})
+            for task, (actions, success) in plan.items():
+                episode = store.start_episode(run, task)
+                for step, action in enumerate(actions):
+                    store.add_step(episode, step=step, action=action, raw_output=action)
+                store.finish_episode(episode, success=success, eval_reason="x")
+    result = runner.invoke(app, ["traces", "compare", f"{old_db}:1", "1", "--db", str(new_db)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "| 1 | 1 | 1 | pass | fail | step 1: `stop [a]` -> `click [5]` |" in lines
+    assert "| 2 | 2 | 2 | fail | pass | same actions |" in lines
+    assert "2 shared tasks: old 1 passed, new 1 passed (1 won, 1 lost)" in lines  # task 9 ran only in the old run
+    result = runner.invoke(app, ["traces", "compare", "1", "1", "--db", str(old_db), "--json"])
+    assert [p["first_difference"] for p in json.loads(result.output)] == [None, None, None]
+    for bad in (["nope", "1"], [f"{old_db}:7", "1"]):
+        result = runner.invoke(app, ["traces", "compare", *bad, "--db", str(new_db)])
+        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        assert "not a run" in result.output or "no run 7" in result.output
