@@ -285,13 +285,22 @@ DOC_LINES: tuple[tuple[str, ...], ...] = (
 )  # fmt: skip
 
 
-def _doc_lines() -> list[str]:
+def _label_form(line: str) -> str:
+    for old, new in _LABEL_FORMS:
+        line = line.replace(old, new)
+    return line
+
+
+def _doc_lines(labels: bool = False) -> list[str]:
     listed = [v for line in DOC_LINES for v in line]
     groups = list(DOC_LINES) + [(v,) for v in VERBS if v not in listed]
+    form = _label_form if labels else str
+    width = 26 if labels else 21
     lines = []
     for group in groups:
         head, *more = (VERB_SPECS[v] for v in group)
-        lines.append(";  ".join([f"{head.usage:<21} {head.doc}"] + [f"{v.usage}  {v.doc}" for v in more]))
+        lines.append(";  ".join([f"{form(head.usage):<{width}} {form(head.doc)}"]
+                                + [f"{form(v.usage)}  {form(v.doc)}" for v in more]))
     return lines
 
 
@@ -302,5 +311,20 @@ ACTION_DOCS = (
     + """
 
 Use only ids that appear in the current page. When the task is done and there is nothing to answer, reply stop [].
+"""
+)
+
+# The same grammar when elements are named by label (`agent.targets`): `click [button 'Add to cart']`.
+_LABEL_FORMS = (("[id]", "[element]"), ("element id, e.g. click [12]", "an element, e.g. click [link 'Help']"),
+                ("element id", "an element"), ("the field id", "the field"), ("field id", "the field"), ("type [7]", "type [textbox 'Name']"))
+LABEL_ACTION_DOCS = (
+    "You control a web browser. Each turn you see the open tabs, the URL and the page as a list of elements:\n"
+    "`[12] button 'Add to cart'` means element 12 is a button named 'Add to cart'. Name an element by its role and "
+    "name as the page shows them: click [button 'Add to cart']. If two elements read the same, add # and the id: "
+    "click [button 'Add to cart' #12]. Reply with exactly ONE action:\n\n"
+    + "\n".join(_doc_lines(labels=True))
+    + """
+
+Name only elements of the current page. When the task is done and there is nothing to answer, reply stop [].
 """
 )

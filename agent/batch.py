@@ -70,15 +70,16 @@ def run_config(policy: str, settings: AgentSettings) -> tuple[str, dict[str, Any
     return settings.model, config
 
 
-def agent_identity(reasoning: bool) -> dict[str, Any]:
+def agent_identity(reasoning: bool, labels: bool = True) -> dict[str, Any]:
     """What makes two agents the same agent beyond their settings: the decision rules' version and a hash of the
-    system prompt and demonstration. Part of the run key, so a resumed eval never mixes two agents' episodes."""
+    system prompt and demonstration. Part of the run key, so a resumed eval never mixes two agents' episodes.
+    (`labels=False`: the id-target prompt, which the trajectory-forced eval uses.)"""
     import hashlib
 
     from agent.model_policy import AGENT_VERSION
     from agent.prompt import demo_turns, system_prompt
 
-    text = system_prompt(reasoning) + "".join(m["content"] for m in demo_turns(reasoning))
+    text = system_prompt(reasoning, labels) + "".join(m["content"] for m in demo_turns(reasoning, labels))
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     return {"version": AGENT_VERSION, "prompt_sha": digest}
 
@@ -279,7 +280,7 @@ def run_forced_batch(
     model, tokenizer = load_for_inference(settings.model, settings.dtype, settings.int8)
     specs = forced_specs(policies, settings.overrides, budgets, model)
     agent = {"constrained": settings.constrained, "reasoning": settings.reasoning, "int8": settings.int8,
-             "dtype": settings.dtype, **agent_identity(settings.reasoning)}  # fmt: skip
+             "dtype": settings.dtype, **agent_identity(settings.reasoning, labels=False)}  # fmt: skip
     with TraceStore(db) as store, Sites(sorted({n for t in tasks for n in t.sites})) as sites:
         lease = LeaseKeeper(db, store.owner)
         try:

@@ -82,25 +82,31 @@ class ActionGrammar:
         reasoning_chars: int = 0,
         avoid: dict[str, set[int]] | None = None,
         roles: dict[int, str] | None = None,
+        labels: dict[int, str] | None = None,
     ) -> None:
+        # `labels` (id -> `role 'name'`, `Observation.labels`): targets are written as labels, not ids (`agent.targets`
+        # maps them back). Bans and role filters below still work on ids.
+        def key(i: int) -> str:
+            return labels[i] if labels and i in labels else str(i)
+
         # `avoid`: per verb, target ids it may not take this turn (the agent bans re-typing into the field it just
         # filled, and what it already did from this page). A verb left with no target is dropped for the turn:
         # keeping it with its full choice let the 1.5B agent, whose first choice is `type` on almost every page,
         # cycle through the same fields. Verbs without a target (scroll, go_back, stop, ...) always remain.
-        self.avoid = {verb: {str(i) for i in ids_} for verb, ids_ in (avoid or {}).items()}
+        self.avoid = {verb: {key(i) for i in ids_} for verb, ids_ in (avoid or {}).items()}
         # `roles` (observation id -> AX role): a verb's target must have one of its `target_roles` and none of its
         # `skip_roles` (a page with no such element keeps every id: the verb stays expressible, the executor reports).
         ids = list(ids)
         self.role_targets: dict[str, Choice] = {}
         for verb in VERB_TABLE:
             if roles and (verb.target_roles or verb.skip_roles):
-                allowed = {str(i) for i in ids if (verb.target_roles is None or roles.get(i) in verb.target_roles)
+                allowed = {key(i) for i in ids if (verb.target_roles is None or roles.get(i) in verb.target_roles)
                            and roles.get(i) not in verb.skip_roles}
                 if allowed:
                     self.role_targets[verb.verb] = Choice(frozenset(allowed))
         # One segment per argument kind of `agent.actions.VERB_TABLE` (a new verb needs no edit here; a new kind does).
         self.arg_segments: dict[str, Segment] = {
-            "target": Choice(frozenset(str(i) for i in ids) or frozenset({"0"})),
+            "target": Choice(frozenset(key(i) for i in ids) or frozenset({"0"})),
             "text": Free(text_chars),
             "enter": Choice.of("0", "1"),
             "key": Choice(frozenset(KEYS)),

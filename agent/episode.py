@@ -91,7 +91,7 @@ def _step_record(step: int, obs: Any, reply: str, info: StepInfo, action: Action
     return StepRecord(
         step=step, url=obs.url, observation=obs.render(), observation_tokens=info.observation_tokens,
         prefilled_tokens=info.prefilled_tokens, total_tokens=info.total_tokens, output_tokens=info.output_tokens,
-        raw_output=reply, action=action.to_text() if action else None, result=result, parse_error=parse_error,
+        raw_output=info.raw_output or reply, action=action.to_text() if action else None, result=result, parse_error=parse_error,
         exec_error=exec_error, kept_tokens_per_layer=info.kept_tokens_per_layer, kv_bytes=info.kv_bytes,
         prefill_ms=info.prefill_ms, decode_ms=info.decode_ms, step_ms=step_ms,
     )  # fmt: skip

@@ -11,7 +11,8 @@ SCBench-style: the later question is unknown when the cache decides what to drop
 
 Faithfulness: reference steps name elements as `role 'name'`; the agent names them by observation id, so each
 target is mapped to the first observation id with that role and name (document order, as Playwright's `.first`),
-and the id form is both executed and forced. A reply is forced in one forward (eviction after it), while the agent
+and the id form is both executed and forced (so this mode keeps the agent's id-target prompt, `labels=False`; the
+free-running agent names elements by label since agent version 7). A reply is forced in one forward (eviction after it), while the agent
 decodes token by token (eviction after each token): the same pins, a slightly later eviction within one reply.
 
 A reference step that fails in the browser, or a reference answer the evaluator rejects, marks the task broken
@@ -320,7 +321,7 @@ def run_forced(
             started = time.monotonic()
             agent = ModelAgent(model, tokenizer, spec.policy, model_name=model_name,
                                constrained=settings.get("constrained", True),
-                               reasoning=settings.get("reasoning", False))  # fmt: skip
+                               reasoning=settings.get("reasoning", False), labels=False)  # fmt: skip
             try:
                 result, tokens, steps = score_trajectory(agent, task, traj)
                 for record in steps:

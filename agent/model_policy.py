@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.constrained import ActionGrammar, ConstrainedDecoder, token_index
 from agent.prompt import ChatConversation, demo_turns, system_prompt, user_message
+from agent.targets import to_ids, to_labels
 from traces.records import DecodeToken, PrefillChunk
 
 if TYPE_CHECKING:
@@ -33,8 +34,9 @@ if TYPE_CHECKING:
 #: (`agent.batch.agent_identity`), so a resumed batch never mixes two agents. 2: `page_bans`; 3: a verb whose
 #: targets are all banned is dropped for the turn (`ActionGrammar`); 4: a demonstration episode as chat turns;
 #: 5: click/hover only on controls, goto only a URL, no `type` right after a submitted one (`repeat_ban`);
-#: 6: as 5, but click/hover only avoid landmarks and containers (v5's ban on text/cells lost a pass at once).
-AGENT_VERSION = 6
+#: 6: as 5, but click/hover only avoid landmarks and containers (v5's ban on text/cells lost a pass at once);
+#: 7: elements named by label (`click [link 'Cart']`, `agent.targets`), not by id.
+AGENT_VERSION = 7
 STOP_TOKEN_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "</s>")
 
 
@@ -185,6 +187,7 @@ class ModelAgent:
         reasoning: bool = False,
         model_name: str = "model",
         repeat_task: bool = True,
+        labels: bool = True,
     ) -> None:
         from confkv.policies import get_policy
 
@@ -197,6 +200,8 @@ class ModelAgent:
         self.reasoning = reasoning
         self.max_action_tokens = max_action_tokens + (64 if reasoning else 0)
         self.repeat_task = repeat_task
+        self.labels = labels  # name elements by label in replies and prompt (`agent.targets`); False: by id
+        self.last_labels: dict[int, str] = {}  # the labels of the page the last reply acted on
         self.stop_ids = stop_token_ids(tokenizer)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.index = token_index(tokenizer, self.vocab_size) if constrained else None
@@ -217,15 +222,16 @@ class ModelAgent:
         from confkv.session import ConfKVSession
 
         self.close()
-        system = system_prompt(self.reasoning)
+        system = system_prompt(self.reasoning, self.labels)
         if not self.repeat_task:
             system += f"\nYour task: {task_intent}\n"
-        self.chat = ChatConversation(self.tokenizer, system, demo_turns(self.reasoning))
+        self.chat = ChatConversation(self.tokenizer, system, demo_turns(self.reasoning, self.labels))
         self.intent = task_intent
         self.step_no = 0
         self.records_seen = 0
         self.history = []
         self.last_reply = None
+        self.last_labels = {}
         self.tried = set()
         # The system prompt and the demonstration are prefilled pinned (before the first chunk runs: the grammar and
         # rules must survive any budget), once per process, model, KV policy and text, and each episode starts from
@@ -243,7 +249,8 @@ class ModelAgent:
         self.session = prefixes[key].fork()
         self.system_tokens = self.session.seen
 
-    def _hook(self, observation: Observation, last_result: str | None = None) -> ConstrainedDecoder | None:
+    def _hook(self, observation: Observation, last_result: str | None = None,
+              labels: dict[int, str] | None = None) -> ConstrainedDecoder | None:
         if not self.constrained:
             return None
         assert self.index is not None
@@ -254,9 +261,14 @@ class ModelAgent:
         grammar = ActionGrammar(
             page_ids, n_tabs=len(observation.tabs),
             reasoning_chars=160 if self.reasoning else 0, avoid=avoid,
-            roles={i: role for i, (role, _) in observation.nodes.items()},
+            roles={i: role for i, (role, _) in observation.nodes.items()}, labels=labels,
         )  # fmt: skip
-        return ConstrainedDecoder(grammar, self.index, self.stop_ids, self.max_action_tokens)
+        return ConstrainedDecoder(grammar, self.index, self.stop_ids, self.token_budget(labels))
+
+    def token_budget(self, labels: dict[int, str] | None) -> int:
+        """Most tokens one reply may take: a label cannot be cut short like free text, so the longest label's length
+        in characters (a bound on its tokens) comes on top of `max_action_tokens`."""
+        return self.max_action_tokens + max(map(len, (labels or {}).values()), default=0)
 
     def open_turn(self, observation: Observation, last_result: str | None) -> list[int]:
         """The new turn's token ids (previous reply's end marker, user message, assistant header), with the pins set
@@ -265,17 +277,21 @@ class ModelAgent:
         if self.session is None or self.chat is None:
             raise RuntimeError("call begin(task_intent) before act()")
         intent = self.intent if self.repeat_task else "see above"
+        if last_result and self.labels:  # the model reads its last action as it wrote it, not in the executor's ids
+            last_result = to_labels(last_result, self.last_labels)
         if last_result:
             self.history.append(last_result)
         suffix = self.chat.user_turn(user_message(intent, observation, last_result, self.step_no, self.history))
         self.session.cache.pin([(0, self.system_tokens), (self.session.seen, None)])  # the previous turn is released
         return self.tokenizer(suffix, add_special_tokens=False).input_ids
 
-    def close_turn(self, text: str) -> None:
-        """Record the reply the cache now holds (stop token excluded) and advance the step counter."""
+    def close_turn(self, text: str, action: str | None = None, labels: dict[int, str] | None = None) -> None:
+        """Record the reply the cache now holds (stop token excluded), the id form of its action when it named a
+        label (`action`, with the page's `labels`), and advance the step counter."""
         assert self.chat is not None
         self.chat.assistant_reply(text)
-        self.last_reply = text
+        self.last_reply = action if action is not None else text
+        self.last_labels = labels or {}
         self.step_no += 1
 
     def act(self, observation: Observation, last_result: str | None) -> tuple[str, StepInfo]:
@@ -302,16 +318,18 @@ class ModelAgent:
                 )
             )
 
-        generated = session.decode(self.max_action_tokens, self.stop_ids, self._hook(observation, last_result),
-                                   on_token)
+        labels = observation.labels() if self.labels else {}
+        hook = self._hook(observation, last_result, labels or None)
+        generated = session.decode(self.token_budget(labels), self.stop_ids, hook, on_token)
         t2 = time.perf_counter()
         in_cache = generated[:-1] if generated and generated[-1] in self.stop_ids else generated
         text = tok.decode(in_cache, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        self._remember(text, observation)
-        self.close_turn(text)
+        action = to_ids(text, labels) if labels else text  # what the executor, the bans and the traces act on
+        self._remember(action, observation)
+        self.close_turn(text, action, labels)
         self.records_seen = len(session.stats.steps)
         memory = session.cache.memory()
-        return text, StepInfo(
+        return action, StepInfo(
             raw_output=text,
             observation_tokens=len(tok(observation.render(), add_special_tokens=False).input_ids),
             prefilled_tokens=len(ids),

@@ -33,6 +33,7 @@ TEXT_FIELDS = {"textbox", "searchbox", "spinbutton"}
 VALUE_ROLES = TEXT_FIELDS | {"combobox", "slider", "progressbar"}
 CHECKABLE_ROLES = {"checkbox", "radio", "switch", "menuitemcheckbox", "menuitemradio"}
 _SPACE = re.compile(r"\s+")
+LABEL_NAME_CHARS = 48  # a label longer than this is cut at a word: copying a whole paragraph costs decode steps
 
 
 class ObservationError(RuntimeError):
@@ -62,6 +63,42 @@ class Observation:
     @property
     def chars(self) -> int:
         return len(self.render())
+
+    def labels(self, max_name_chars: int = LABEL_NAME_CHARS) -> dict[int, str]:
+        """Element id -> the text the agent names it by: `role 'name'` exactly as its line shows them (a long name
+        cut at a word), unique on the page (a repeated label gets ` #id`), never holding a bracket.
+
+        Why: given ids, the 1.5B agent picks a neighbour of the element it means: in the v4 full-KV eval 70 of its
+        496 clicks hit a text or landmark right after the control the task needed (`[9] link 'Cart'` then
+        `[10] StaticText '(3 items)'`: it clicked 10). Copying a name it can read is what such a model does well;
+        the agent maps the label back to the id (`agent.targets`), so the executor still acts on the exact node.
+        """
+        raw = {i: _label(role, name, max_name_chars) for i, (role, name) in self.nodes.items()}
+        counts: dict[str, int] = {}
+        for label in raw.values():
+            counts[label] = counts.get(label, 0) + 1
+        return {i: label if counts[label] == 1 else f"{label} #{i}" for i, label in raw.items()}
+
+
+_LINE = re.compile(r"""^\s*\[(\d+)\] (\S+)(?: (?:'([^']*)'|"([^"]*)"))?""")
+
+
+def parse_nodes(tree: str) -> dict[int, tuple[str, str]]:
+    """id -> (role, name) read back from rendered tree lines (`format_tree`'s output): for pages that exist only as
+    text (the prompt's demonstration, recorded observations)."""
+    nodes = {}
+    for line in tree.splitlines():
+        if m := _LINE.match(line):
+            nodes[int(m.group(1))] = (m.group(2), m.group(3) if m.group(3) is not None else m.group(4) or "")
+    return nodes
+
+
+def _label(role: str, name: str, max_chars: int) -> str:
+    name = name.replace("[", "(").replace("]", ")")
+    if len(name) > max_chars:
+        cut = name[:max_chars]
+        name = (cut.rsplit(" ", 1)[0] if " " in cut[max_chars // 2 :] else cut).rstrip(" ,.;:…")
+    return f"{role} {quote_name(name)}" if name else role
 
 
 def _clean(text: Any, limit: int) -> str:

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent.actions import ACTION_DOCS
+from agent.actions import ACTION_DOCS, LABEL_ACTION_DOCS
+from agent.targets import to_labels
 
 if TYPE_CHECKING:
     from agent.observation import Observation
@@ -45,6 +46,13 @@ Example 3, a hardware store. Task: Which is cheaper, the Brass Kettle or the Cop
   Step 5 -> stop [Copper Kettle]
 """
 
+# The elements FEW_SHOT's actions name, for its label form (`agent.targets`).
+FEW_SHOT_LABELS = {
+    4: "searchbox 'Search plants'", 21: "link 'Velvet Fern'", 7: "link 'Lantern walk on Friday'",
+    15: "textbox 'Your reply'", 16: "button 'Send reply'", 3: "searchbox 'Search'", 12: "link 'Brass Kettle'",
+    13: "link 'Copper Kettle'",
+}  # fmt: skip
+
 RULES = """\
 Rules:
 1. Answer with exactly ONE action and nothing else: no explanation, no quotes, no code block.
@@ -54,6 +62,8 @@ Rules:
 4. If an action failed or the page did not change, do not repeat it: try another element or another action.
 5. Reply stop [N/A] only after you have looked and the task cannot be done on these sites.
 """
+
+LABEL_RULE_2 = "2. Name only elements of the CURRENT page below, by role and name as shown there.\n"
 
 REASONING_RULE = (
     "Before the action, write ONE short sentence of reasoning on its own line, then a line `Action: <action>`.\n"
@@ -87,15 +97,18 @@ _DEMO_PAGES = (
 )  # fmt: skip
 
 
-def demo_turns(reasoning: bool = False) -> list[dict[str, str]]:
+def demo_turns(reasoning: bool = False, labels: bool = True) -> list[dict[str, str]]:
     """The demonstration episode as chat messages (user, assistant, ...); with `reasoning` each reply carries its
-    one-line thought, in the format the grammar asks for."""
-    from agent.observation import Observation
+    one-line thought, in the format the grammar asks for; with `labels` actions name elements by label."""
+    from agent.observation import Observation, parse_nodes
 
     messages: list[dict[str, str]] = []
     history: list[str] = []
     for step, (title, path, tree, thought, action) in enumerate(_DEMO_PAGES):
-        page = Observation(text=tree, url=_DEMO_SITE + path, title=title, tabs=[title], active_tab=0)
+        nodes = parse_nodes(tree)
+        page = Observation(text=tree, url=_DEMO_SITE + path, title=title, tabs=[title], active_tab=0,
+                           ids={i: i for i in nodes}, nodes=nodes)  # fmt: skip
+        action = to_labels(action, page.labels()) if labels else action
         last = history[-1] if history else None
         messages.append({"role": "user", "content": user_message(_DEMO_INTENT, page, last, step, history)})
         messages.append({"role": "assistant", "content": f"{thought}\nAction: {action}" if reasoning else action})
@@ -103,10 +116,15 @@ def demo_turns(reasoning: bool = False) -> list[dict[str, str]]:
     return messages
 
 
-def system_prompt(reasoning: bool = False) -> str:
-    """The grammar, one example per verb and the rules; `reasoning` asks for a one-line thought first."""
+def system_prompt(reasoning: bool = False, labels: bool = True) -> str:
+    """The grammar, one example per verb and the rules; `reasoning` asks for a one-line thought first; `labels`
+    names elements by label (`click [link 'Cart']`, `agent.targets`) instead of by id."""
     rules = RULES.replace("and nothing else: no explanation", "; no other text") if reasoning else RULES
-    return f"{ACTION_DOCS}\n{FEW_SHOT}\n{rules}" + (REASONING_RULE if reasoning else "")
+    docs, examples = ACTION_DOCS, FEW_SHOT
+    if labels:
+        docs, examples = LABEL_ACTION_DOCS, to_labels(FEW_SHOT, FEW_SHOT_LABELS)
+        rules = "\n".join(LABEL_RULE_2.rstrip() if line.startswith("2. ") else line for line in rules.splitlines()) + "\n"
+    return f"{docs}\n{examples}\n{rules}" + (REASONING_RULE if reasoning else "")
 
 
 def user_message(task_intent: str, observation: Observation, last_result: str | None, step: int,

@@ -19,9 +19,8 @@ import sqlite3
 import time
 
 import agent.prompt as prompt
-from agent.observation import Observation
-
-LINE = re.compile(r"^\s*\[(\d+)\] (\S+)(?: '((?:[^'\\]|\\.)*)')?")
+from agent.observation import Observation, parse_nodes
+from agent.targets import to_labels
 
 NUDGE = "If the page above shows the answer to the task, reply stop [answer] now.\nYour next action:"
 VARIANTS = {
@@ -30,16 +29,14 @@ VARIANTS = {
     "free": {"agent": {"constrained": False}},
     "reason": {"agent": {"reasoning": True}},
     "no_demo": {"no_demo": True},  # the system prompt alone (agent version 3 and before)
+    "ids": {"agent": {"labels": False}},  # elements named by id (agent version 6 and before)
 }
 
 
 def observation(text: str) -> Observation:
     lines = text.splitlines()
     tabs_line, url_line, tree = lines[0], lines[1], "\n".join(lines[2:])
-    nodes = {}
-    for line in lines[2:]:
-        if m := LINE.match(line):
-            nodes[int(m.group(1))] = (m.group(2), m.group(3) or "")
+    nodes = parse_nodes(tree)
     tabs = re.findall(r"\[\d+\] '((?:[^'\\]|\\.)*)'", tabs_line) or ["page"]
     return Observation(text=tree, url=url_line.removeprefix("URL: "), title=tabs[0], tabs=tabs, active_tab=0,
                        ids={i: i for i in nodes}, nodes=nodes)  # fmt: skip
@@ -66,8 +63,8 @@ def main() -> None:
     for state in args.states:
         ep, k = map(int, state.split(":"))
         task = tasks[conn.execute("select task_id from episodes where id=?", (ep,)).fetchone()[0]]
-        steps = conn.execute("select observation, raw_output, result from steps where episode_id=? order by step",
-                             (ep,)).fetchall()  # fmt: skip
+        sql = "select observation, coalesce(action, raw_output), result from steps where episode_id=? order by step"
+        steps = conn.execute(sql, (ep,)).fetchall()
         for name in args.variants.split(","):
             variant = VARIANTS[name]
 
@@ -77,21 +74,25 @@ def main() -> None:
 
             prompt.user_message = user_message
             mp.user_message = user_message
-            mp.demo_turns = (lambda reasoning=False: []) if variant.get("no_demo") else prompt.demo_turns
+            mp.demo_turns = (lambda reasoning=False, labels=True: []) if variant.get("no_demo") else prompt.demo_turns
             agent = ModelAgent(model, tok, "full", model_name=args.model, **variant.get("agent", {}))
             agent.begin(task.intent)
             last = None
             for i in range(k):
                 obs_text, reply, result = steps[i]
-                ids = agent.open_turn(observation(obs_text), last)
+                obs = observation(obs_text)
+                ids = agent.open_turn(obs, last)
+                labels = obs.labels() if agent.labels else {}
+                written = to_labels(reply, labels)  # a recorded id-form reply, as this variant's agent writes it
                 agent.session.append(ids)
-                agent.session.append(tok(reply, add_special_tokens=False).input_ids)
-                agent._remember(reply, observation(obs_text))  # the page bans see the replayed steps too
-                agent.close_turn(reply)
+                agent.session.append(tok(written, add_special_tokens=False).input_ids)
+                agent._remember(reply, obs)  # the page bans see the replayed steps too
+                agent.close_turn(written, reply, labels)
                 last = result
             t0 = time.perf_counter()
-            text, _ = agent.act(observation(steps[k][0]), last)
-            print(f"{state} task {task.task_id} {name:8s} -> {text!r}  ({time.perf_counter() - t0:.1f} s)",
+            text, info = agent.act(observation(steps[k][0]), last)
+            print(f"{state} task {task.task_id} {name:8s} -> {info.raw_output!r} = {text!r} (recorded {steps[k][1]!r}) "
+                  f"({time.perf_counter() - t0:.1f} s)",
                   flush=True)  # fmt: skip
             agent.close()
 

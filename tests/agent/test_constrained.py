@@ -200,3 +200,45 @@ def test_an_element_already_acted_on_from_this_page_is_banned_there_for_that_ver
     assert hook is not None and hook.grammar.avoid == {"click": {"3"}, "type": {"4"}}
     agent.begin("next task")
     assert agent.tried == set()  # per episode
+
+
+def test_with_labels_targets_are_the_page_labels_and_bans_still_apply(tok, index):
+    labels = {3: "searchbox 'Find'", 9: "link 'Cart'", 10: "StaticText '(3 items)'", 50: "navigation 'Menu'"}
+    roles = {3: "searchbox", 9: "link", 10: "StaticText", 50: "navigation"}
+    grammar = ActionGrammar(labels, roles=roles, labels=labels, avoid={"click": {10}}, text_chars=10)
+    states = grammar.advance(grammar.start(), "click [")
+    assert not grammar.advance(states, "9]")  # no ids: a label
+    assert grammar.accepts(grammar.advance(states, "link 'Cart']"))
+    assert not grammar.advance(states, "StaticText '(3 items)']") and not grammar.advance(states, "navigation")
+    click_id = tok.convert_tokens_to_ids("click")
+    bias = torch.zeros(512)
+    bias[click_id] = 100.0
+    names = {parse_action(_decode(tok, index, grammar, seed, max_tokens=60, bias=bias)).target.name for seed in range(8)}
+    assert names and names <= {"Cart", "Find"}  # the banned text and the landmark never come out
+
+
+def test_the_agent_writes_labels_the_executor_gets_ids_and_the_next_turn_reads_labels():
+    from agent.model_policy import ModelAgent
+    from agent.observation import Observation
+    from confkv.testing import tiny_model
+
+    model, _ = tiny_model("qwen2", max_position_embeddings=8192)
+    agent = ModelAgent(model, tiny_chat_tokenizer(), "full", max_action_tokens=16, model_name="tiny")
+    assert "click [link 'Velvet Fern']" in agent_prompt(agent)  # the demonstration names elements the same way
+    nodes = {3: ("searchbox", "Find"), 9: ("link", "Cart"), 10: ("StaticText", "(3 items)")}
+    page = Observation(text="\n".join(f"[{i}] {r} '{n}'" for i, (r, n) in nodes.items()), url="http://x/",
+                       title="t", tabs=["t"], active_tab=0, ids={i: i for i in nodes}, nodes=nodes)  # fmt: skip
+    agent.begin("open the cart")
+    action, info = agent.act(page, None)
+    labels = page.labels()
+    written, executed = parse_action(info.raw_output), parse_action(action)
+    assert written.target is not None and not isinstance(written.target, int)  # the model wrote a label (seeded)
+    assert isinstance(executed.target, int) and labels[executed.target] in info.raw_output  # the executor gets its id
+    assert agent.chat.messages[-1]["content"] == info.raw_output  # the cache holds what the model wrote
+    agent.open_turn(page, "OK: " + executed.to_text())
+    assert f"OK: {info.raw_output}" in agent.chat.messages[-1]["content"]  # its own action, as it wrote it
+
+
+def agent_prompt(agent) -> str:
+    agent.begin("x")
+    return agent.chat.render(add_generation_prompt=False)

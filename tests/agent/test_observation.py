@@ -79,3 +79,34 @@ def test_render_lists_tabs_and_url() -> None:
     obs = Observation(text="[1] link 'A'", url="http://h/a", title="B", tabs=["A", "B"], active_tab=1)
     assert obs.render() == "Tabs: [0] 'A', [1] 'B' (current)\nURL: http://h/a\n[1] link 'A'"
     assert obs.chars == len(obs.render())
+
+
+def test_labels_name_each_element_as_its_line_shows_it_and_stay_unique() -> None:
+    from agent.observation import parse_nodes
+
+    tree = ("[9] link 'Cart'\n  [10] StaticText '(3 items)'\n[11] button 'Add to cart'\n[12] button 'Add to cart'\n"
+            "[13] StaticText \"Bob's [old] notes\"\n[14] main\n"
+            "[15] StaticText 'A very long review text that goes on and on about the product and its many merits'")
+    nodes = parse_nodes(tree)
+    assert nodes[13] == ("StaticText", "Bob's [old] notes") and nodes[14] == ("main", "")
+    labels = Observation(text=tree, url="u", title="t", tabs=["t"], active_tab=0, nodes=nodes).labels()
+    assert labels[9] == "link 'Cart'" and labels[10] == "StaticText '(3 items)'"
+    assert labels[11] == "button 'Add to cart' #11" and labels[12] == "button 'Add to cart' #12"  # repeated: + id
+    assert labels[13] == "StaticText \"Bob's (old) notes\"" and labels[14] == "main"  # never a bracket
+    assert labels[15] == "StaticText 'A very long review text that goes on and on'"  # cut at a word
+    assert len(set(labels.values())) == len(labels)
+
+
+def test_targets_rewrite_between_labels_and_ids() -> None:
+    from agent.targets import to_ids, to_labels
+
+    labels = {9: "link 'Cart'", 3: "searchbox 'Search'", 11: "button 'Add to cart' #11"}
+    assert to_ids("click [link 'Cart']", labels) == "click [9]"
+    assert to_ids("type [searchbox 'Search'] [mug] [1]", labels) == "type [3] [mug] [1]"
+    assert to_ids("I will open it.\nAction: click [button 'Add to cart' #11]", labels).endswith("Action: click [11]")
+    assert to_ids("click [link 'Help']", labels) == "click [link 'Help']"  # not on the page: left for the executor
+    assert to_ids("stop [link 'Cart']", labels) == "stop [link 'Cart']"  # an answer is never rewritten
+    assert to_labels("OK: type [3] [mug] [1]", labels) == "OK: type [searchbox 'Search'] [mug] [1]"
+    assert to_labels("click [77]", labels) == "click [77]" and to_labels("go_back", labels) == "go_back"
+    for action in ("click [9]", "type [3] [mug] [0]", "hover [11]"):
+        assert to_ids(to_labels(action, labels), labels) == action
