@@ -83,6 +83,7 @@ class ActionGrammar:
         avoid: dict[str, set[int]] | None = None,
         roles: dict[int, str] | None = None,
         labels: dict[int, str] | None = None,
+        drop: Iterable[str] = (),
     ) -> None:
         # `labels` (id -> `role 'name'`, `Observation.labels`): targets are written as labels, not ids (`agent.targets`
         # maps them back). Bans and role filters below still work on ids.
@@ -94,6 +95,7 @@ class ActionGrammar:
         # keeping it with its full choice let the 1.5B agent, whose first choice is `type` on almost every page,
         # cycle through the same fields. Verbs without a target (scroll, go_back, stop, ...) always remain.
         self.avoid = {verb: {key(i) for i in ids_} for verb, ids_ in (avoid or {}).items()}
+        self.drop = frozenset(drop)  # verbs not offered at all this turn (the agent's episode rules, `episode_bans`)
         # `roles` (observation id -> AX role): a verb's target must have one of its `target_roles` and none of its
         # `skip_roles` (a page with no such element keeps every id: the verb stays expressible, the executor reports).
         ids = list(ids)
@@ -129,7 +131,9 @@ class ActionGrammar:
 
     def template(self, verb: Verb) -> list[Segment] | None:
         """The verb's canonical form `verb [arg] [arg]` as segments (what `Action.to_text` writes); None when
-        `avoid` bans every target it has."""
+        `avoid` bans every target it has, or the verb is in `drop`."""
+        if verb.verb in self.drop:
+            return None
         if not verb.args:
             return [lit(verb.verb)]
         segments: list[Segment] = [lit(f"{verb.verb} [")]

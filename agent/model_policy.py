@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agent.bans import episode_bans, page_bans, repeat_ban
 from agent.constrained import ActionGrammar, ConstrainedDecoder, token_index
 from agent.prompt import ChatConversation, demo_turns, system_prompt, user_message
 from agent.targets import to_ids, to_labels
@@ -35,8 +36,9 @@ if TYPE_CHECKING:
 #: targets are all banned is dropped for the turn (`ActionGrammar`); 4: a demonstration episode as chat turns;
 #: 5: click/hover only on controls, goto only a URL, no `type` right after a submitted one (`repeat_ban`);
 #: 6: as 5, but click/hover only avoid landmarks and containers (v5's ban on text/cells lost a pass at once);
-#: 7: elements named by label (`click [link 'Cart']`, `agent.targets`), not by id.
-AGENT_VERSION = 7
+#: 7: elements named by label (`click [link 'Cart']`, `agent.targets`), not by id;
+#: 8: as 7, plus the episode rules of `episode_bans` (no `goto` after a failed one, two submitted types per field).
+AGENT_VERSION = 8
 STOP_TOKEN_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "</s>")
 
 
@@ -115,55 +117,6 @@ class ScriptedAgent:
 _PREFIXES: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], Any]] = weakref.WeakKeyDictionary()
 
 
-def repeat_ban(last_reply: str | None, last_result: str | None, ids: Iterable[int] = ()) -> dict[str, set[int]]:
-    """Per verb, the targets the next reply may not use, from the last action alone: its target if it FAILED (rule
-    4 of the prompt, enforced); after a successful `type [i] ...` the field [i] for `type`; and after a successful
-    *submitted* `type [i] [text] [1]`, every id of the new page (`ids`) for `type`, for this one turn.
-
-    Why: the 1.5B agent's commonest loops on the default task were re-typing the same search into the box it had
-    just filled (the results were on the page) and repeating an action that had just failed, until the 5-repeats
-    rule ended the episode. In the v4 full-KV eval (run 1), a submitted `type` was followed by another `type` 78
-    times out of 102, all in failed episodes (51 times a different text, e.g. the search words again into a price
-    filter); in the episodes that passed, the next action was a click on the results. Forms with several fields
-    stay possible with `[0]` (no Enter), and every ban here lasts one step.
-    """
-    from agent.actions import ActionParseError, parse_action
-
-    if not last_reply or not last_result:
-        return {}
-    typed = last_result.startswith("OK: type [")
-    if not (typed or last_result.startswith("FAILED")):
-        return {}
-    try:
-        action = parse_action(last_reply)
-    except ActionParseError:
-        return {}
-    if not isinstance(action.target, int):
-        return {}
-    if typed and action.verb == "type" and action.press_enter:
-        return {"type": {action.target, *ids}}
-    return {action.verb: {action.target}}
-
-
-def page_bans(tried: set[tuple[str, str, tuple[str, str]]], observation: Observation) -> dict[str, set[int]]:
-    """Per verb, the ids of this page that already took that verb from this same URL earlier in the episode.
-
-    Why: the 1.5B agent's commonest failure over a whole episode is a two-step cycle (type the search again, type
-    into a filter field, again; or retry a failed choice every other step) that the one-step `repeat_ban` cannot
-    see. Doing the same thing to the same element from the same page gives the same page again, so it is never
-    progress. Elements are matched by (role, name), not id: ids are renumbered when a page's content changes.
-    """
-    from agent.actions import VERB_TABLE
-
-    verbs = [v.verb for v in VERB_TABLE if v.args[:1] == ("target",)]
-    out: dict[str, set[int]] = {}
-    for i, node in observation.nodes.items():
-        for verb in verbs:
-            if (observation.url, verb, node) in tried:
-                out.setdefault(verb, set()).add(i)
-    return out
-
-
 def stop_token_ids(tokenizer: Any) -> list[int]:
     """End-of-turn ids: the tokenizer's EOS plus the usual chat end markers it knows."""
     ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
@@ -214,6 +167,8 @@ class ModelAgent:
         self.history: list[str] = []  # "OK: click [3]" / "FAILED: ..." per previous step, listed in each turn
         self.last_reply: str | None = None
         self.tried: set[tuple[str, str, tuple[str, str]]] = set()  # (url, verb, (role, name)) done this episode
+        self.submits: dict[tuple[str, str], int] = {}  # field (role, name) -> submitted types this episode
+        self.goto_failed = False  # a `goto` of this episode FAILED (`episode_bans`)
         self.prefix_reused = False  # whether this episode's system prompt came from the per-process prefix cache
 
     def begin(self, task_intent: str) -> None:
@@ -233,6 +188,8 @@ class ModelAgent:
         self.last_reply = None
         self.last_labels = {}
         self.tried = set()
+        self.submits = {}
+        self.goto_failed = False
         # The system prompt and the demonstration are prefilled pinned (before the first chunk runs: the grammar and
         # rules must survive any budget), once per process, model, KV policy and text, and each episode starts from
         # a fork of that cache.
@@ -256,12 +213,13 @@ class ModelAgent:
         assert self.index is not None
         avoid = page_bans(self.tried, observation)
         page_ids = observation.nodes or observation.ids
-        for verb, ids in repeat_ban(self.last_reply, last_result, page_ids).items():
+        held, drop = episode_bans(self.submits, self.goto_failed, observation)
+        for verb, ids in [*repeat_ban(self.last_reply, last_result, page_ids).items(), *held.items()]:
             avoid.setdefault(verb, set()).update(ids)
         grammar = ActionGrammar(
             page_ids, n_tabs=len(observation.tabs),
             reasoning_chars=160 if self.reasoning else 0, avoid=avoid,
-            roles={i: role for i, (role, _) in observation.nodes.items()}, labels=labels,
+            roles={i: role for i, (role, _) in observation.nodes.items()}, labels=labels, drop=drop,
         )  # fmt: skip
         return ConstrainedDecoder(grammar, self.index, self.stop_ids, self.token_budget(labels))
 
@@ -277,6 +235,7 @@ class ModelAgent:
         if self.session is None or self.chat is None:
             raise RuntimeError("call begin(task_intent) before act()")
         intent = self.intent if self.repeat_task else "see above"
+        self.goto_failed |= bool(last_result and last_result.startswith("FAILED: goto"))
         if last_result and self.labels:  # the model reads its last action as it wrote it, not in the executor's ids
             last_result = to_labels(last_result, self.last_labels)
         if last_result:
@@ -344,7 +303,7 @@ class ModelAgent:
         )
 
     def _remember(self, text: str, observation: Observation) -> None:
-        """Note (url, verb, element) of the reply for `page_bans`."""
+        """Note (url, verb, element) of the reply for `page_bans`, and a submitted type's field for `episode_bans`."""
         from agent.actions import ActionParseError, parse_action
 
         try:
@@ -354,6 +313,8 @@ class ModelAgent:
         node = observation.nodes.get(action.target) if isinstance(action.target, int) else None
         if node is not None:
             self.tried.add((observation.url, action.verb, node))
+            if action.verb == "type" and action.press_enter:
+                self.submits[node] = self.submits.get(node, 0) + 1
 
     def memory(self) -> MemoryFigures | None:
         if self.session is None:

@@ -105,7 +105,7 @@ def test_a_template_that_rewrites_old_turns_is_refused():
 
 
 def test_the_next_reply_cannot_retype_the_field_just_filled_or_repeat_a_failure(tok, index):
-    from agent.model_policy import repeat_ban
+    from agent.bans import repeat_ban
 
     ban = repeat_ban("type [3] [blue mug] [1]", "OK: type [3] [blue mug] [1]")
     assert ban == {"type": {3}}
@@ -156,7 +156,7 @@ def test_goto_takes_a_url_not_an_element_id(tok, index):
 
 
 def test_after_a_submitted_search_the_next_reply_does_not_type_again(tok, index):
-    from agent.model_policy import repeat_ban
+    from agent.bans import repeat_ban
 
     ban = repeat_ban("type [3] [blue mug] [1]", "OK: type [3] [blue mug] [1]", {3: 30, 30: 31, 31: 32})
     assert ban == {"type": {3, 30, 31}}  # every field of the new page, for this one turn
@@ -174,7 +174,8 @@ def test_after_a_submitted_search_the_next_reply_does_not_type_again(tok, index)
 
 
 def test_an_element_already_acted_on_from_this_page_is_banned_there_for_that_verb():
-    from agent.model_policy import ModelAgent, page_bans
+    from agent.bans import page_bans
+    from agent.model_policy import ModelAgent
     from agent.observation import Observation
     from confkv.testing import tiny_model
 
@@ -242,3 +243,38 @@ def test_the_agent_writes_labels_the_executor_gets_ids_and_the_next_turn_reads_l
 def agent_prompt(agent) -> str:
     agent.begin("x")
     return agent.chat.render(add_generation_prompt=False)
+
+
+def test_after_a_failed_goto_and_two_submits_into_a_field_the_episode_drops_them():
+    from agent.bans import MAX_SUBMITS_PER_FIELD, episode_bans
+    from agent.model_policy import ModelAgent
+    from agent.observation import Observation
+    from confkv.testing import tiny_model
+
+    def page(url, nodes):
+        return Observation(text="", url=url, title="t", tabs=["t"], active_tab=0, ids={i: i for i in nodes},
+                           nodes=nodes)  # fmt: skip
+
+    home = page("http://x/", {3: ("searchbox", "Search"), 4: ("link", "Books"), 5: ("textbox", "Name")})
+    assert episode_bans({}, False, home) == ({}, set())
+    assert episode_bans({("searchbox", "Search"): MAX_SUBMITS_PER_FIELD}, True, home) == ({"type": {3}}, {"goto"})
+    grammar = ActionGrammar({3, 4, 5}, drop={"goto"})
+    assert not grammar.advance(grammar.start(), "goto [") and grammar.advance(grammar.start(), "click [")
+
+    model, _ = tiny_model("qwen2", max_position_embeddings=4096)
+    agent = ModelAgent(model, tiny_chat_tokenizer(), "full", max_action_tokens=16, model_name="tiny")
+    agent.begin("task")
+    for n, url in enumerate(("http://x/", "http://x/c/1", "http://x/c/2")):  # another page each time: no page ban
+        here = page(url, home.nodes)
+        agent.open_turn(here, "OK: click [4]")
+        hook = agent._hook(here, "OK: click [4]")
+        assert hook is not None and ("3" in hook.grammar.avoid.get("type", set())) == (n >= MAX_SUBMITS_PER_FIELD)
+        agent._remember("type [3] [mug] [1]", here)
+        agent._remember("type [5] [Ann] [0]", here)  # not submitted: never counted
+        agent.close_turn("type [3] [mug] [1]")
+    assert agent.submits == {("searchbox", "Search"): 3}
+    assert "goto" not in agent._hook(home, "OK: click [4]").grammar.drop
+    agent.open_turn(home, "FAILED: goto http://x/order/1: the site answered HTTP 404 NOT FOUND")
+    assert agent._hook(page("http://x/y", {}), None).grammar.drop == {"goto"}  # for the rest of the episode
+    agent.begin("next task")
+    assert agent.submits == {} and not agent.goto_failed
