@@ -78,6 +78,7 @@ VERB_TABLE: tuple[Verb, ...] = (
 )
 VERB_SPECS = {v.verb: v for v in VERB_TABLE}
 VERBS = tuple(VERB_SPECS)
+TARGET_VERBS = tuple(v.verb for v in VERB_TABLE if v.args[:1] == ("target",))  # verbs that act on an element
 # Argument kind -> the `Action` field that holds it.
 ARG_FIELDS = {"target": "target", "text": "text", "enter": "press_enter", "key": "key", "direction": "direction",
               "index": "index", "url": "url", "answer": "answer"}  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from agent.actions import FIELD_ROLES
+from agent.actions import FIELD_ROLES, TARGET_VERBS, ActionParseError, parse_action
 
 if TYPE_CHECKING:
     from agent.observation import Observation
@@ -28,8 +28,6 @@ def repeat_ban(last_reply: str | None, last_result: str | None, ids: Iterable[in
     filter); in the episodes that passed, the next action was a click on the results. Forms with several fields
     stay possible with `[0]` (no Enter), and every ban here lasts one step.
     """
-    from agent.actions import ActionParseError, parse_action
-
     if not last_reply or not last_result:
         return {}
     typed = last_result.startswith("OK: type [")
@@ -54,12 +52,9 @@ def page_bans(tried: set[tuple[str, str, tuple[str, str]]], observation: Observa
     see. Doing the same thing to the same element from the same page gives the same page again, so it is never
     progress. Elements are matched by (role, name), not id: ids are renumbered when a page's content changes.
     """
-    from agent.actions import VERB_TABLE
-
-    verbs = [v.verb for v in VERB_TABLE if v.args[:1] == ("target",)]
     out: dict[str, set[int]] = {}
     for i, node in observation.nodes.items():
-        for verb in verbs:
+        for verb in TARGET_VERBS:
             if (observation.url, verb, node) in tried:
                 out.setdefault(verb, set()).add(i)
     return out

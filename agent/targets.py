@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import re
 
-from agent.actions import VERB_TABLE
+from agent.actions import TARGET_VERBS
 
-TARGET_VERBS = tuple(v.verb for v in VERB_TABLE if v.args[:1] == ("target",))
 _TARGET = re.compile(rf"(?m)(^|Action: |OK: |-> )({'|'.join(TARGET_VERBS)}) \[([^\]\n]*)\]")
 
 
