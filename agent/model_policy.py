@@ -37,8 +37,9 @@ if TYPE_CHECKING:
 #: 5: click/hover only on controls, goto only a URL, no `type` right after a submitted one (`repeat_ban`);
 #: 6: as 5, but click/hover only avoid landmarks and containers (v5's ban on text/cells lost a pass at once);
 #: 7: elements named by label (`click [link 'Cart']`, `agent.targets`), not by id;
-#: 8: as 7, plus the episode rules of `episode_bans` (no `goto` after a failed one, two submitted types per field).
-AGENT_VERSION = 8
+#: 8: as 7, plus the episode rules of `episode_bans` (no `goto` after a failed one, two submitted types per field);
+#: 9: as 8, plus a second demonstration episode (`agent.prompt.SORT_DEMO`: open the section, sort, read the first row).
+AGENT_VERSION = 9
 STOP_TOKEN_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "</s>")
 
 

@@ -76,9 +76,18 @@ MAX_HISTORY = 12  # previous actions listed in each turn (the oldest are summari
 # so it typed prices into filter fields until the step limit on every sampled task; with these turns in front it
 # clicked the result on all four states probed (scripts/probe_prompt.py). The pages are rendered by the same
 # `user_message` as the live turns, so the format the model continues is exactly the one it sees.
-_DEMO_INTENT = "What pot size does the Velvet Fern come in?"
 _DEMO_SITE = "http://127.0.0.1:9000"
-_DEMO_PAGES = (
+
+
+@dataclass(frozen=True)
+class Demo:
+    """One demonstration episode: its task and pages as (title, path, tree, thought, action)."""
+
+    intent: str
+    pages: tuple[tuple[str, str, str, str, str], ...]
+
+
+SEARCH_DEMO = Demo("What pot size does the Velvet Fern come in?", (
     ("Green Corner Nursery", "/",
      "[1] link 'Green Corner'\n[2] search\n  [3] searchbox 'Search plants'\n  [4] button 'Search'\n"
      "[5] navigation 'Plants'\n  [6] link 'Ferns'\n  [7] link 'Cacti'\n[8] main\n  [9] heading 'Welcome to Green Corner'",
@@ -94,25 +103,49 @@ _DEMO_PAGES = (
      "  [20] heading 'Velvet Fern'\n  [21] StaticText 'Price: $12.50'\n  [22] StaticText 'Pot size: 14 cm'\n"
      "  [23] spinbutton 'Quantity' value='1'\n  [24] button 'Add to cart'",
      "The page says the pot size: 14 cm.", "stop [14 cm]"),
-)  # fmt: skip
+))  # fmt: skip
+
+# "Most / highest / cheapest in a section": open the section, sort it, read the first row (a list's first page
+# rarely holds the extreme of all its pages). On a made-up recipe board, leak-tested like the rest.
+_BOARD = ("[1] link 'Spoonful'\n[2] search\n  [3] searchbox 'Search recipes'\n  [4] button 'Search'\n"
+          "[5] navigation 'Sections'\n  [6] link 'Stews'\n  [7] link 'Flatbreads'\n  [8] link 'Pickles'\n[9] main\n")
+_ROWS = ("  [12] navigation 'Sort'\n    [13] StaticText 'Sort by:'\n    [14] link 'Newest'\n    [15] link 'Most votes'\n"
+         "    [16] link 'Title'\n  [17] StaticText 'Showing 1-2 of 31 recipes'\n")
+SORT_DEMO = Demo("Which recipe in the Stews section has the most votes?", (
+    ("Spoonful recipe board", "/",
+     _BOARD + "  [10] heading 'Newest recipes'\n  [11] link 'Quince and lentil stew'\n  [12] StaticText '4 votes'",
+     "The task is about the Stews section: open it.", "click [6]"),
+    ("Stews", "/section/stews",
+     _BOARD + "  [10] heading 'Stews'\n" + _ROWS + "  [18] link 'Smoky turnip stew'\n  [19] StaticText '17 votes'\n"
+     "  [20] link 'Barley and leek stew'\n  [21] StaticText '9 votes'\n  [22] link 'Next page'",
+     "This page shows 3 of 31 recipes: sort by votes instead of reading every page.", "click [15]"),
+    ("Stews", "/section/stews?sort=votes",
+     _BOARD + "  [10] heading 'Stews'\n" + _ROWS + "  [18] link 'Juniper bean stew'\n  [19] StaticText '212 votes'\n"
+     "  [20] link 'Smoky turnip stew'\n  [21] StaticText '17 votes'\n  [22] link 'Next page'",
+     "Sorted by votes, the first recipe has the most.", "stop [Juniper bean stew]"),
+))  # fmt: skip
+
+#: The demonstrations in front of every episode, in order (the search episode last: the commonest first move).
+DEMOS = (SORT_DEMO, SEARCH_DEMO)
 
 
-def demo_turns(reasoning: bool = False, labels: bool = True) -> list[dict[str, str]]:
-    """The demonstration episode as chat messages (user, assistant, ...); with `reasoning` each reply carries its
+def demo_turns(reasoning: bool = False, labels: bool = True, demos: tuple[Demo, ...] = DEMOS) -> list[dict[str, str]]:
+    """The demonstration episodes as chat messages (user, assistant, ...); with `reasoning` each reply carries its
     one-line thought, in the format the grammar asks for; with `labels` actions name elements by label."""
     from agent.observation import Observation, parse_nodes
 
     messages: list[dict[str, str]] = []
-    history: list[str] = []
-    for step, (title, path, tree, thought, action) in enumerate(_DEMO_PAGES):
-        nodes = parse_nodes(tree)
-        page = Observation(text=tree, url=_DEMO_SITE + path, title=title, tabs=[title], active_tab=0,
-                           ids={i: i for i in nodes}, nodes=nodes)  # fmt: skip
-        action = to_labels(action, page.labels()) if labels else action
-        last = history[-1] if history else None
-        messages.append({"role": "user", "content": user_message(_DEMO_INTENT, page, last, step, history)})
-        messages.append({"role": "assistant", "content": f"{thought}\nAction: {action}" if reasoning else action})
-        history.append(f"OK: {action}")
+    for demo in demos:
+        history: list[str] = []
+        for step, (title, path, tree, thought, action) in enumerate(demo.pages):
+            nodes = parse_nodes(tree)
+            page = Observation(text=tree, url=_DEMO_SITE + path, title=title, tabs=[title], active_tab=0,
+                               ids={i: i for i in nodes}, nodes=nodes)  # fmt: skip
+            action = to_labels(action, page.labels()) if labels else action
+            last = history[-1] if history else None
+            messages.append({"role": "user", "content": user_message(demo.intent, page, last, step, history)})
+            messages.append({"role": "assistant", "content": f"{thought}\nAction: {action}" if reasoning else action})
+            history.append(f"OK: {action}")
     return messages
 
 

@@ -30,6 +30,8 @@ VARIANTS = {
     "reason": {"agent": {"reasoning": True}},
     "no_demo": {"no_demo": True},  # the system prompt alone (agent version 3 and before)
     "ids": {"agent": {"labels": False}},  # elements named by id (agent version 6 and before)
+    "task_last": {"task_last": True},  # the task repeated after the page, right before the reply (not adopted)
+    "one_demo": {"demos": ("SEARCH_DEMO",)},  # the search demonstration alone (agent version 8 and before)
 }
 
 
@@ -70,11 +72,15 @@ def main() -> None:
 
             def user_message(*a, _v=variant, **kw):  # noqa: ANN002, ANN003, ANN202
                 text = original_user_message(*a, **kw)
+                if _v.get("task_last"):
+                    text = text.replace("\nYour next action:", f"\nThe task: {a[0]}\nYour next action:")
                 return text.replace("Your next action:", _v["next"]) if "next" in _v else text
 
             prompt.user_message = user_message
             mp.user_message = user_message
-            mp.demo_turns = (lambda reasoning=False, labels=True: []) if variant.get("no_demo") else prompt.demo_turns
+            demos = tuple(getattr(prompt, name) for name in variant.get("demos", ())) or prompt.DEMOS
+            mp.demo_turns = (lambda reasoning=False, labels=True: []) if variant.get("no_demo") else (
+                lambda reasoning=False, labels=True, _d=demos: prompt.demo_turns(reasoning, labels, _d))
             agent = ModelAgent(model, tok, "full", model_name=args.model, **variant.get("agent", {}))
             agent.begin(task.intent)
             last = None
