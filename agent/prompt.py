@@ -118,7 +118,7 @@ SORT_DEMO = Demo("Which recipe in the Stews section has the most votes?", (
     ("Stews", "/section/stews",
      _BOARD + "  [10] heading 'Stews'\n" + _ROWS + "  [18] link 'Smoky turnip stew'\n  [19] StaticText '17 votes'\n"
      "  [20] link 'Barley and leek stew'\n  [21] StaticText '9 votes'\n  [22] link 'Next page'",
-     "This page shows 3 of 31 recipes: sort by votes instead of reading every page.", "click [15]"),
+     "This page shows 2 of 31 recipes: sort by votes instead of reading every page.", "click [15]"),
     ("Stews", "/section/stews?sort=votes",
      _BOARD + "  [10] heading 'Stews'\n" + _ROWS + "  [18] link 'Juniper bean stew'\n  [19] StaticText '212 votes'\n"
      "  [20] link 'Smoky turnip stew'\n  [21] StaticText '17 votes'\n  [22] link 'Next page'",
