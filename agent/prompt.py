@@ -129,11 +129,17 @@ SORT_DEMO = Demo("Which recipe in the Stews section has the most votes?", (
 DEMOS = (SORT_DEMO, SEARCH_DEMO)
 
 
-def demo_turns(reasoning: bool = False, labels: bool = True, demos: tuple[Demo, ...] = DEMOS) -> list[dict[str, str]]:
+def demo_turns(reasoning: bool = False, labels: bool = True, demos: tuple[Demo, ...] = DEMOS,
+               compact: bool | None = None) -> list[dict[str, str]]:  # fmt: skip
     """The demonstration episodes as chat messages (user, assistant, ...); with `reasoning` each reply carries its
-    one-line thought, in the format the grammar asks for; with `labels` actions name elements by label."""
-    from agent.observation import Observation, parse_nodes
+    one-line thought, in the format the grammar asks for; with `labels` actions name elements by label; with
+    `compact` the pages are shown as the compact observation shows live ones (`agent.observation.compact_tree`;
+    default: as live pages are, `agent.observation.COMPACT`, which needs labels)."""
+    from agent.observation import COMPACT, Observation, compact_tree, parse_nodes
 
+    compact = COMPACT and labels if compact is None else compact
+    if compact and not labels:
+        raise ValueError("compact demo pages renumber their ids: they need labels")
     messages: list[dict[str, str]] = []
     for demo in demos:
         history: list[str] = []
@@ -142,6 +148,10 @@ def demo_turns(reasoning: bool = False, labels: bool = True, demos: tuple[Demo, 
             page = Observation(text=tree, url=_DEMO_SITE + path, title=title, tabs=[title], active_tab=0,
                                ids={i: i for i in nodes}, nodes=nodes)  # fmt: skip
             action = to_labels(action, page.labels()) if labels else action
+            if compact:
+                page.text = compact_tree(tree)
+                page.nodes = parse_nodes(page.text)
+                page.ids = {i: i for i in page.nodes}
             last = history[-1] if history else None
             messages.append({"role": "user", "content": user_message(demo.intent, page, last, step, history)})
             messages.append({"role": "assistant", "content": f"{thought}\nAction: {action}" if reasoning else action})

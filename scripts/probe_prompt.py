@@ -19,8 +19,8 @@ import sqlite3
 import time
 
 import agent.prompt as prompt
-from agent.observation import Observation, parse_nodes
-from agent.targets import to_labels
+from agent.observation import Observation, compact_tree, parse_nodes
+from agent.targets import to_ids, to_labels
 
 NUDGE = "If the page above shows the answer to the task, reply stop [answer] now.\nYour next action:"
 VARIANTS = {
@@ -32,12 +32,14 @@ VARIANTS = {
     "ids": {"agent": {"labels": False}},  # elements named by id (agent version 6 and before)
     "task_last": {"task_last": True},  # the task repeated after the page, right before the reply (not adopted)
     "one_demo": {"demos": ("SEARCH_DEMO",)},  # the search demonstration alone (agent version 8 and before)
+    "compact": {"compact": True},  # pages and demos as `agent.observation.compact_tree` shows them
 }
 
 
-def observation(text: str) -> Observation:
+def observation(text: str, compact: bool = False) -> Observation:
     lines = text.splitlines()
     tabs_line, url_line, tree = lines[0], lines[1], "\n".join(lines[2:])
+    tree = compact_tree(tree) if compact else tree
     nodes = parse_nodes(tree)
     tabs = re.findall(r"\[\d+\] '((?:[^'\\]|\\.)*)'", tabs_line) or ["page"]
     return Observation(text=tree, url=url_line.removeprefix("URL: "), title=tabs[0], tabs=tabs, active_tab=0,
@@ -79,24 +81,30 @@ def main() -> None:
             prompt.user_message = user_message
             mp.user_message = user_message
             demos = tuple(getattr(prompt, name) for name in variant.get("demos", ())) or prompt.DEMOS
+            compact = bool(variant.get("compact"))
             mp.demo_turns = (lambda reasoning=False, labels=True: []) if variant.get("no_demo") else (
-                lambda reasoning=False, labels=True, _d=demos: prompt.demo_turns(reasoning, labels, _d))
+                lambda reasoning=False, labels=True, _d=demos, _c=compact: prompt.demo_turns(reasoning, labels, _d, _c))
             agent = ModelAgent(model, tok, "full", model_name=args.model, **variant.get("agent", {}))
             agent.begin(task.intent)
             last = None
             for i in range(k):
                 obs_text, reply, result = steps[i]
-                obs = observation(obs_text)
+                obs = observation(obs_text, compact)
                 ids = agent.open_turn(obs, last)
                 labels = obs.labels() if agent.labels else {}
-                written = to_labels(reply, labels)  # a recorded id-form reply, as this variant's agent writes it
+                # a recorded id-form reply, as this variant's agent writes it (named by label on the recorded page)
+                recorded = observation(obs_text).labels()
+                written = to_labels(reply, recorded if compact else labels)
+                if compact:  # the ids of the compact page, for the bans and the next turn's last action
+                    reply = to_ids(written, labels)
+                    result = result and to_ids(to_labels(result, recorded), labels)
                 agent.session.append(ids)
                 agent.session.append(tok(written, add_special_tokens=False).input_ids)
                 agent._remember(reply, obs)  # the page bans see the replayed steps too
                 agent.close_turn(written, reply, labels)
                 last = result
             t0 = time.perf_counter()
-            text, info = agent.act(observation(steps[k][0]), last)
+            text, info = agent.act(observation(steps[k][0], compact), last)
             print(f"{state} task {task.task_id} {name:8s} -> {info.raw_output!r} = {text!r} (recorded {steps[k][1]!r}) "
                   f"({time.perf_counter() - t0:.1f} s)",
                   flush=True)  # fmt: skip

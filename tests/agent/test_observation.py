@@ -110,3 +110,55 @@ def test_targets_rewrite_between_labels_and_ids() -> None:
     assert to_labels("click [77]", labels) == "click [77]" and to_labels("go_back", labels) == "go_back"
     for action in ("click [9]", "type [3] [mug] [0]", "hover [11]"):
         assert to_ids(to_labels(action, labels), labels) == action
+
+
+# A forum thread card: heading > link with the same name, then inline text fragments around two links.
+CARD = [
+    node(1, "RootWebArea", "", children=[2]),
+    node(2, "article", "", parent=1, children=[3, 5, 6, 7, 8, 9]),
+    node(3, "heading", "Baking bread", parent=2, children=[4]),
+    node(4, "link", "Baking bread", parent=3),
+    node(5, "StaticText", "111", parent=2),
+    node(6, "StaticText", "points · by", parent=2),
+    node(7, "link", "sven", parent=2),
+    node(8, "StaticText", "·", parent=2),
+    node(9, "StaticText", "1 comment", parent=2),
+]
+
+
+def test_compact_drops_name_echoes_and_merges_sibling_texts() -> None:
+    full, *_ = format_tree(CARD)
+    lines, ids, nodes, _ = format_tree(CARD, compact=True)
+    assert len(full) == 8
+    assert lines == [
+        "[1] article",
+        "  [2] link 'Baking bread'",
+        "  [3] StaticText '111 points · by'",
+        "  [4] link 'sven'",
+        "  [5] StaticText '· 1 comment'",
+    ]
+    assert ids == {1: 102, 2: 104, 3: 105, 4: 107, 5: 108}  # the link keeps its own node; a text run its first
+    assert nodes[3] == ("StaticText", "111 points · by")
+
+
+def test_compact_keeps_containers_with_more_than_an_echo_and_texts_apart() -> None:
+    payload = [
+        node(1, "RootWebArea", "", children=[2, 6]),
+        node(2, "heading", "Reviews", parent=1, children=[3, 4]),  # two children: not an echo
+        node(3, "link", "Reviews", parent=2),
+        node(4, "StaticText", "(3)", parent=2),
+        node(6, "checkbox", "Reviews", parent=1, children=[7], props={"checked": "true"}),  # states: kept
+        node(7, "StaticText", "x", parent=6),
+    ]
+    lines, *_ = format_tree(payload, compact=True)
+    assert lines == format_tree(payload)[0]
+
+
+def test_compact_tree_renders_a_recorded_tree_as_the_live_compact_observation() -> None:
+    from agent.observation import compact_tree
+
+    full, *_ = format_tree(CARD)
+    live, *_ = format_tree(CARD, compact=True)
+    assert compact_tree("\n".join(full + ["... 3 more elements not shown"])) == "\n".join(live + ["... 3 more elements not shown"])
+    states = "[1] combobox 'Sort by' value='Newest first' collapsed\n[2] StaticText 'a'\n[3] StaticText 'b'"
+    assert compact_tree(states) == "[1] combobox 'Sort by' value='Newest first' collapsed\n[2] StaticText 'a b'"
