@@ -32,7 +32,8 @@ VARIANTS = {
     "ids": {"agent": {"labels": False}},  # elements named by id (agent version 6 and before)
     "task_last": {"task_last": True},  # the task repeated after the page, right before the reply (not adopted)
     "one_demo": {"demos": ("SEARCH_DEMO",)},  # the search demonstration alone (agent version 8 and before)
-    "compact": {"compact": True},  # pages and demos as `agent.observation.compact_tree` shows them
+    "compact": {"compact": True},
+    "form_demo": {"demos": ("FORM_DEMO", "SORT_DEMO", "SEARCH_DEMO")},  # + type, submit, stop [] (a candidate)  # pages and demos as `agent.observation.compact_tree` shows them
 }
 
 

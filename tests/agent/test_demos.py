@@ -7,10 +7,10 @@ import pytest
 
 from agent.actions import parse_action
 from agent.observation import parse_nodes
-from agent.prompt import DEMOS, demo_turns
+from agent.prompt import DEMOS, FORM_DEMO, demo_turns
 
 
-@pytest.mark.parametrize("demo", DEMOS, ids=lambda d: d.intent[:30])
+@pytest.mark.parametrize("demo", (*DEMOS, FORM_DEMO), ids=lambda d: d.intent[:30])
 def test_each_demo_action_targets_an_element_of_its_page(demo):
     for _title, _path, tree, _thought, action in demo.pages:
         parsed = parse_action(action)

@@ -26,6 +26,16 @@ def test_system_prompt_contains_no_task_entity_or_answer(strings, reasoning):
     assert "Velvet Fern" in demo and find_leaks(demo, strings) == []
 
 
+def test_no_demonstration_in_the_prompt_module_leaks(strings):
+    """Candidate demos (not yet in DEMOS, used by probes) are checked too: a probe must not see an answer either."""
+    import agent.prompt as prompt
+
+    demos = tuple(v for v in vars(prompt).values() if isinstance(v, prompt.Demo))
+    assert prompt.FORM_DEMO in demos and set(prompt.DEMOS) <= set(demos)
+    text = "\n".join(m["content"] for m in demo_turns(demos=demos))
+    assert find_leaks(text, strings) == []
+
+
 def test_the_checker_flags_the_old_few_shot_example(strings):
     old = 'Task: "What is the price of the Ironleaf mug?" Page shows `[22] StaticText \'$9.95\'` -> stop [$9.95]'
     assert find_leaks(old, strings) == ["9.95", "Ironleaf"]
