@@ -33,6 +33,9 @@ TEXT_FIELDS = {"textbox", "searchbox", "spinbutton"}
 VALUE_ROLES = TEXT_FIELDS | {"combobox", "slider", "progressbar"}
 CHECKABLE_ROLES = {"checkbox", "radio", "switch", "menuitemcheckbox", "menuitemradio"}
 _SPACE = re.compile(r"\s+")
+# Text containers that a compact observation drops when their one child repeats their name; never a control
+# (`link 'X'` > `img 'X'` keeps the link: that line is what the agent acts on).
+ECHO_CONTAINERS = {"heading", "cell", "gridcell", "rowheader", "columnheader", "listitem", "paragraph"}
 #: Whether live observations and the demonstrations are compact (`compact_entries`). Part of the agent: a run
 #: records it through the demonstrations' hash (`agent.batch.agent_identity`).
 COMPACT = False
@@ -188,7 +191,7 @@ def _drop_name_echoes(entries: list[_Entry]) -> list[_Entry]:
             e = replace(e, depth=shift.pop())
         child = entries[i + 1] if i + 1 < len(entries) else None
         after = entries[i + 2] if i + 2 < len(entries) else None
-        if (e.name and not e.props and child is not None and child.depth == e.depth + 1 and child.name == e.name
+        if (e.role in ECHO_CONTAINERS and e.name and not e.props and child is not None and child.depth == e.depth + 1 and child.name == e.name
                 and (after is None or after.depth <= e.depth)):  # fmt: skip
             shift.append(e.depth)
             continue

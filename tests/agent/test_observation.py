@@ -143,12 +143,14 @@ def test_compact_drops_name_echoes_and_merges_sibling_texts() -> None:
 
 def test_compact_keeps_containers_with_more_than_an_echo_and_texts_apart() -> None:
     payload = [
-        node(1, "RootWebArea", "", children=[2, 6]),
+        node(1, "RootWebArea", "", children=[2, 6, 8]),
         node(2, "heading", "Reviews", parent=1, children=[3, 4]),  # two children: not an echo
         node(3, "link", "Reviews", parent=2),
         node(4, "StaticText", "(3)", parent=2),
         node(6, "checkbox", "Reviews", parent=1, children=[7], props={"checked": "true"}),  # states: kept
         node(7, "StaticText", "x", parent=6),
+        node(8, "link", "Logo", parent=1, children=[9]),  # a control: kept, though its image echoes its name
+        node(9, "img", "Logo", parent=8),
     ]
     lines, *_ = format_tree(payload, compact=True)
     assert lines == format_tree(payload)[0]
