@@ -144,3 +144,23 @@ def test_a_session_with_hysteresis_evicts_gradually() -> None:
     assert kept[-1] == 12, kept  # it does close ...
     # ... by `shrink` kept tokens per step (the budget's own step), never 24 at once
     assert all(a - b <= 4 for a, b in zip(kept, kept[1:], strict=False)), kept
+
+
+def test_dense_attention_folds_gqa_heads_into_the_query_axis_exactly() -> None:
+    """The `full` path's sdpa call folds each KV head's query heads into the query axis (no per-head K/V copies);
+    against `enable_gqa` sdpa it must give the same output, for decode and for a prefill chunk at the end of older
+    keys (the tail mask repeated per folded head), with a non-contiguous query as transformers passes it."""
+    import torch.nn.functional as F
+
+    from confkv.attention import dense_attention
+
+    gen = torch.Generator().manual_seed(0)
+    for heads, kv_heads, q_len, n_keys in [(6, 2, 1, 40), (6, 2, 7, 40), (4, 4, 5, 9), (8, 1, 3, 3)]:
+        query = torch.randn(1, q_len, heads, 16, generator=gen).transpose(1, 2)  # [B, H, L, D], not contiguous
+        k, v = (torch.randn(1, kv_heads, n_keys, 16, generator=gen) for _ in range(2))
+        visible = torch.ones(q_len, n_keys, dtype=torch.bool)
+        visible[:, n_keys - q_len :] = torch.ones(q_len, q_len, dtype=torch.bool).tril()
+        want = F.scaled_dot_product_attention(query, k, v, attn_mask=visible, scale=0.25, enable_gqa=True)
+        got = dense_attention(query, k, v, 0.25)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
