@@ -191,8 +191,9 @@ def _drop_name_echoes(entries: list[_Entry]) -> list[_Entry]:
             e = replace(e, depth=shift.pop())
         child = entries[i + 1] if i + 1 < len(entries) else None
         after = entries[i + 2] if i + 2 < len(entries) else None
-        if (e.role in ECHO_CONTAINERS and e.name and not e.props and child is not None and child.depth == e.depth + 1 and child.name == e.name
-                and (after is None or after.depth <= e.depth)):  # fmt: skip
+        echoed = child is not None and child.depth == e.depth + 1 and child.name == e.name
+        only_leaf = after is None or after.depth <= e.depth  # the child is the container's one line and has none
+        if e.role in ECHO_CONTAINERS and e.name and not e.props and echoed and only_leaf:
             shift.append(e.depth)
             continue
         keep.append(e)
@@ -212,7 +213,8 @@ def _merge_text_runs(entries: list[_Entry]) -> list[_Entry]:
 
 
 def compact_entries(entries: list[_Entry]) -> list[_Entry]:
-    """The compact observation (agent version 10): name echoes dropped, sibling texts merged."""
+    """The compact observation (a candidate for the next agent version): name echoes dropped, sibling texts
+    merged."""
     return _merge_text_runs(_drop_name_echoes(entries))
 
 
