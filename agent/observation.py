@@ -66,6 +66,14 @@ class Observation:
         )
         return f"Tabs: {tabs}\nURL: {self.url}\n{self.text}"
 
+    @classmethod
+    def from_text(cls, tree: str, url: str, title: str, tabs: list[str] | None = None) -> Observation:
+        """A page that exists only as rendered tree text (a demonstration, a recorded step): the ids shown are the
+        ids the executor would use, roles and names read back from the lines."""
+        nodes = parse_nodes(tree)
+        return cls(text=tree, url=url, title=title, tabs=tabs or [title], active_tab=0, ids={i: i for i in nodes},
+                   nodes=nodes)  # fmt: skip
+
     @property
     def chars(self) -> int:
         return len(self.render())
@@ -185,16 +193,16 @@ def _drop_name_echoes(entries: list[_Entry]) -> list[_Entry]:
     """A container whose one shown child has its name (`heading 'X'` > `link 'X'`, `cell 'X'` > `link 'X'`) is a
     line that repeats a name the agent cannot act on any better: keep the child, one level up."""
     keep: list[_Entry] = []
-    shift: list[int] = []  # depths of dropped containers whose child comes next
+    lifted: int | None = None  # the depth of the container just dropped: its one child, next, takes it
     for i, e in enumerate(entries):
-        if shift and e.depth == shift[-1] + 1:
-            e = replace(e, depth=shift.pop())
+        if lifted is not None:
+            e, lifted = replace(e, depth=lifted), None
         child = entries[i + 1] if i + 1 < len(entries) else None
         after = entries[i + 2] if i + 2 < len(entries) else None
         echoed = child is not None and child.depth == e.depth + 1 and child.name == e.name
         only_leaf = after is None or after.depth <= e.depth  # the child is the container's one line and has none
         if e.role in ECHO_CONTAINERS and e.name and not e.props and echoed and only_leaf:
-            shift.append(e.depth)
+            lifted = e.depth
             continue
         keep.append(e)
     return keep

@@ -159,7 +159,7 @@ def demo_turns(reasoning: bool = False, labels: bool = True, demos: tuple[Demo, 
     one-line thought, in the format the grammar asks for; with `labels` actions name elements by label; with
     `compact` the pages are shown as the compact observation shows live ones (`agent.observation.compact_tree`;
     default: as live pages are, `agent.observation.COMPACT`, which needs labels)."""
-    from agent.observation import COMPACT, Observation, compact_tree, parse_nodes
+    from agent.observation import COMPACT, Observation, compact_tree
 
     compact = COMPACT and labels if compact is None else compact
     if compact and not labels:
@@ -168,14 +168,10 @@ def demo_turns(reasoning: bool = False, labels: bool = True, demos: tuple[Demo, 
     for demo in demos:
         history: list[str] = []
         for step, (title, path, tree, thought, action) in enumerate(demo.pages):
-            nodes = parse_nodes(tree)
-            page = Observation(text=tree, url=_DEMO_SITE + path, title=title, tabs=[title], active_tab=0,
-                               ids={i: i for i in nodes}, nodes=nodes)  # fmt: skip
-            action = to_labels(action, page.labels()) if labels else action
+            page = Observation.from_text(tree, _DEMO_SITE + path, title)
+            action = to_labels(action, page.labels()) if labels else action  # named on the page as written
             if compact:
-                page.text = compact_tree(tree)
-                page.nodes = parse_nodes(page.text)
-                page.ids = {i: i for i in page.nodes}
+                page = Observation.from_text(compact_tree(tree), page.url, title)
             last = history[-1] if history else None
             messages.append({"role": "user", "content": user_message(demo.intent, page, last, step, history)})
             messages.append({"role": "assistant", "content": f"{thought}\nAction: {action}" if reasoning else action})

@@ -19,7 +19,7 @@ import sqlite3
 import time
 
 import agent.prompt as prompt
-from agent.observation import Observation, compact_tree, parse_nodes
+from agent.observation import Observation, compact_tree
 from agent.targets import to_ids, to_labels
 
 NUDGE = "If the page above shows the answer to the task, reply stop [answer] now.\nYour next action:"
@@ -32,19 +32,16 @@ VARIANTS = {
     "ids": {"agent": {"labels": False}},  # elements named by id (agent version 6 and before)
     "task_last": {"task_last": True},  # the task repeated after the page, right before the reply (not adopted)
     "one_demo": {"demos": ("SEARCH_DEMO",)},  # the search demonstration alone (agent version 8 and before)
-    "compact": {"compact": True},
-    "form_demo": {"demos": ("FORM_DEMO", "SORT_DEMO", "SEARCH_DEMO")},  # + type, submit, stop [] (a candidate)  # pages and demos as `agent.observation.compact_tree` shows them
+    "compact": {"compact": True},  # pages and demos as `agent.observation.compact_tree` shows them (a candidate)
+    "form_demo": {"demos": ("FORM_DEMO", "SORT_DEMO", "SEARCH_DEMO")},  # + type, submit, stop [] (a candidate)
 }
 
 
 def observation(text: str, compact: bool = False) -> Observation:
     lines = text.splitlines()
     tabs_line, url_line, tree = lines[0], lines[1], "\n".join(lines[2:])
-    tree = compact_tree(tree) if compact else tree
-    nodes = parse_nodes(tree)
     tabs = re.findall(r"\[\d+\] '((?:[^'\\]|\\.)*)'", tabs_line) or ["page"]
-    return Observation(text=tree, url=url_line.removeprefix("URL: "), title=tabs[0], tabs=tabs, active_tab=0,
-                       ids={i: i for i in nodes}, nodes=nodes)  # fmt: skip
+    return Observation.from_text(compact_tree(tree) if compact else tree, url_line.removeprefix("URL: "), tabs[0], tabs)
 
 
 def main() -> None:
@@ -94,8 +91,8 @@ def main() -> None:
                 ids = agent.open_turn(obs, last)
                 labels = obs.labels() if agent.labels else {}
                 # a recorded id-form reply, as this variant's agent writes it (named by label on the recorded page)
-                recorded = observation(obs_text).labels()
-                written = to_labels(reply, recorded if compact else labels)
+                recorded = observation(obs_text).labels() if compact else labels
+                written = to_labels(reply, recorded)
                 if compact:  # the ids of the compact page, for the bans and the next turn's last action
                     reply = to_ids(written, labels)
                     result = result and to_ids(to_labels(result, recorded), labels)
