@@ -5,7 +5,8 @@
 - a one-query call on CPU (a decode step) runs the compiled C++ kernel (`confkv.kernels.cpu_decode`) when it
   builds (`CONFKV_CPU_KERNEL=0` turns it off);
 - a CPU prefill chunk (`causal_tail` = its L > 1 queries) runs torch's fused flash attention for the output and
-  the compiled mass kernel (`confkv.kernels.cpu_prefill`), under the same switch;
+  `confkv.kernels.cpu_prefill` for the mass (the compiled kernel on AVX-512, blocked BLAS elsewhere), under the
+  same switch;
 - otherwise the PyTorch reference (`confkv.kernels.reference`): general `q_pos`, and the oracle of the kernels.
 `CONFKV_ATTENTION=reference|triton` overrides the choice (`triton` on CPU tensors needs `TRITON_INTERPRET=1`;
 `reference` also skips the C++ decode kernel).

@@ -53,7 +53,8 @@ def active() -> bool:
     return enabled() and kernel() is not None
 
 
-def _cpu_flags() -> str:
+def cpu_flags() -> str:
+    """The `flags` line of /proc/cpuinfo (empty where there is none): the kernels are built for this CPU."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -89,7 +90,7 @@ def _built() -> Any | None:
         pass
     from torch.utils.cpp_extension import _get_build_directory
 
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES + HEADERS) + _cpu_flags().encode() + " ".join(FLAGS).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES + HEADERS) + cpu_flags().encode() + " ".join(FLAGS).encode()).hexdigest()[:12]
     name = f"confkv_cpu_decode_{digest}"
     try:
         build = Path(_get_build_directory(name, verbose=False))

@@ -1,5 +1,5 @@
-"""A CPU prefill chunk: fused flash attention for the output, the compiled kernel for the mass, against the
-PyTorch reference (their oracle) on the cache's causal-tail layout."""
+"""A CPU prefill chunk: fused flash attention for the output, the compiled kernel or blocked BLAS for the mass,
+against the PyTorch reference (their oracle) on the cache's causal-tail layout."""
 
 from __future__ import annotations
 
@@ -12,11 +12,15 @@ needs_kernel = pytest.mark.skipif(cpu_decode.kernel() is None, reason=f"no CPU k
 
 
 @needs_kernel
+@pytest.mark.parametrize("compiled", [True, False], ids=["kernel", "blocked"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("n8", "nf", "n_q", "channel", "group"),
                          [(37, 70, 70, True, 3), (0, 21, 5, False, 1), (130, 2, 2, True, 4), (3, 9, 9, False, 2)])  # fmt: skip
-def test_a_chunk_matches_the_reference(dtype, n8, nf, n_q, channel, group):
-    # keys cross the kernel's 64-key tiles, the chunk's causal tail crosses them too, and query blocks are ragged
+def test_a_chunk_matches_the_reference(monkeypatch, compiled, dtype, n8, nf, n_q, channel, group):
+    # keys cross the kernel's 64-key tiles, the chunk's causal tail crosses them too, and query blocks are ragged;
+    # blocked: blocks of 4 query rows per head group (the last one short where L is not a multiple)
+    monkeypatch.setattr(cpu_prefill, "compiled_mass", lambda: compiled)
+    monkeypatch.setattr(cpu_prefill, "BLOCK_FLOATS", 4 * 2 * 2 * group * (n8 + nf))
     torch.manual_seed(n8 + nf + n_q)
     b, hkv, d = 2, 2, 16
     kv = SegmentedKV.from_dense(torch.randn(b, hkv, n8 + nf, d).to(dtype), torch.randn(b, hkv, n8 + nf, d).to(dtype),
@@ -40,7 +44,9 @@ def test_a_chunk_matches_the_reference(dtype, n8, nf, n_q, channel, group):
 
 
 @needs_kernel
-def test_the_last_query_sees_its_own_token_and_the_first_does_not_see_later_ones():
+@pytest.mark.parametrize("compiled", [True, False], ids=["kernel", "blocked"])
+def test_the_last_query_sees_its_own_token_and_the_first_does_not_see_later_ones(monkeypatch, compiled):
+    monkeypatch.setattr(cpu_prefill, "compiled_mass", lambda: compiled)
     # the causal tail, checked by mass: query 0 gives the chunk's later tokens exactly 0
     torch.manual_seed(3)
     k = torch.randn(1, 1, 10, 8)
@@ -94,3 +100,14 @@ def test_a_session_prefills_and_decodes_the_same_tokens_with_and_without_it(monk
     with_kernel = run()
     monkeypatch.setenv(cpu_decode.ENV, "0")
     assert run() == with_kernel
+
+
+def test_the_compiled_mass_runs_where_the_cpu_has_avx512(monkeypatch):
+    # its 4 x 64 register block fits AVX-512's 32 vector registers, not AVX2's 16 (module docstring)
+    cpu_prefill.compiled_mass.cache_clear()
+    monkeypatch.setattr(cpu_decode, "cpu_flags", lambda: "flags : fpu sse avx2 fma avx512f avx512bw")
+    assert cpu_prefill.compiled_mass()
+    cpu_prefill.compiled_mass.cache_clear()
+    monkeypatch.setattr(cpu_decode, "cpu_flags", lambda: "flags : fpu sse avx2 fma")
+    assert not cpu_prefill.compiled_mass()
+    cpu_prefill.compiled_mass.cache_clear()
