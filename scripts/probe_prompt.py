@@ -7,6 +7,8 @@ and decodes the reply at step k with the real constrained decoder, once per prom
 
     PYTHONPATH=. .venv/bin/python scripts/probe_prompt.py runs/sample.sqlite 1:1 2:1 --variants base,no_demo
 
+`--policy confkv --set int8_after=none` replays into that KV policy's cache instead (the pins as in a live
+episode): where an evicting policy's episode left `full`'s path, this tells eviction from INT8 from the prompt.
 States are `episode:step`. Observations are rebuilt from the stored text (ids, roles and names are all the
 grammar needs). Variants are defined below; `base` is the prompt as shipped.
 """
@@ -50,7 +52,12 @@ def main() -> None:
     ap.add_argument("states", nargs="+")
     ap.add_argument("--variants", default="base,nudge")
     ap.add_argument("--model", default="qwen2.5-coder-1.5b")
+    ap.add_argument("--policy", default="full", help="KV policy of the replay cache")
+    ap.add_argument("--set", action="append", default=[], help="policy override key=value (repeatable)")
     args = ap.parse_args()
+    from confkv.policies import get_policy, parse_overrides
+
+    kv_policy = get_policy(args.policy, parse_overrides(args.set))
     from agent.model_policy import ModelAgent
     from confkv.models import load_for_inference
 
@@ -82,7 +89,7 @@ def main() -> None:
             compact = bool(variant.get("compact"))
             mp.demo_turns = (lambda reasoning=False, labels=True: []) if variant.get("no_demo") else (
                 lambda reasoning=False, labels=True, _d=demos, _c=compact: prompt.demo_turns(reasoning, labels, _d, _c))
-            agent = ModelAgent(model, tok, "full", model_name=args.model, **variant.get("agent", {}))
+            agent = ModelAgent(model, tok, kv_policy, model_name=args.model, **variant.get("agent", {}))
             agent.begin(task.intent)
             last = None
             for i in range(k):
@@ -103,7 +110,8 @@ def main() -> None:
                 last = result
             t0 = time.perf_counter()
             text, info = agent.act(observation(steps[k][0], compact), last)
-            print(f"{state} task {task.task_id} {name:8s} -> {info.raw_output!r} = {text!r} (recorded {steps[k][1]!r}) "
+            print(f"{state} task {task.task_id} {name:8s} {args.policy} {' '.join(args.set)} -> {info.raw_output!r} = "
+                  f"{text!r} (recorded {steps[k][1]!r}) "
                   f"({time.perf_counter() - t0:.1f} s)",
                   flush=True)  # fmt: skip
             agent.close()
