@@ -73,10 +73,11 @@ def dense_attention(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scali
     return out.view(b, h, q_len, d)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=2)
 def _tail_mask(n_keys: int, q_len: int, group: int, device: torch.device) -> torch.Tensor:
     """`[G*L, T]` visibility when the last L of T keys are the L queries in order and the rest are older, repeated
-    for the G query heads folded per KV head. Cached: every layer of a prefill chunk asks for the same one."""
+    for the G query heads folded per KV head. Cached: every layer of a prefill chunk asks for the same one; the
+    next chunk has another T, so two entries (G*L*T bytes each: 50 MB at 16K keys for the 1.5B) are all it keeps."""
     mask = torch.ones(q_len, n_keys, dtype=torch.bool, device=device)
     mask[:, n_keys - q_len :] = torch.ones(q_len, q_len, dtype=torch.bool, device=device).tril()
     return mask.repeat(group, 1)

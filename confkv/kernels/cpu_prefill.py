@@ -1,4 +1,5 @@
-"""A prefill chunk's attention on CPU: the output from torch's fused flash attention, the mass from `cpu_prefill.cpp`.
+"""A prefill chunk's attention on CPU: the output from torch's fused flash attention, the mass from `cpu_prefill.cpp`
+or blocked BLAS.
 
 Why: the reference computes a chunk's attention and mass from one materialized fp32 softmax (two fp32 matmuls, a
 softmax, a sum over queries), about twice what the plain cache's fused SDPA costs for the same keys, and the
@@ -53,10 +54,11 @@ def joined_kv(kv: SegmentedKV, dtype: torch.dtype) -> tuple[torch.Tensor, torch.
     return torch.cat([k, kv.k_fp], dim=2), torch.cat([v, kv.v_fp], dim=2)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=2)
 def _tail_bias(n_keys: int, q_len: int, dtype: torch.dtype) -> torch.Tensor:
     """Additive `[L, T]` mask (0 or -inf, in the query dtype, as the fused op wants): the last L keys are the L
-    queries in order, causal; the rest are visible to all. Cached: every layer of a chunk asks for the same one."""
+    queries in order, causal; the rest are visible to all. Cached: every layer of a chunk asks for the same one;
+    the next chunk has another T, so two entries (33 MB each in fp32 at 16K keys) are all it keeps."""
     bias = torch.zeros(q_len, n_keys, dtype=dtype)
     bias[:, n_keys - q_len :] = torch.full((q_len, q_len), float("-inf"), dtype=dtype).triu(1)
     return bias
