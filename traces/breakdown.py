@@ -26,7 +26,7 @@ from statistics import fmean, median
 from typing import TYPE_CHECKING, Any
 
 from traces.failures import CATEGORIES, Failure, classify_all
-from traces.summary import final_attempts, summarize
+from traces.summary import final_attempts, summarize, unfinished
 
 if TYPE_CHECKING:
     from envs.taskspec import Task
@@ -97,6 +97,7 @@ def breakdown(store: TraceStore, tasks: Iterable[Task], *, run_ids: Iterable[int
     by_id = {str(t.task_id): t for t in tasks}
     rows = [e for e in store.episodes(run_ids=run_ids, model=model) if e["mode"] != "forced"]
     finals = [r for r in final_attempts(rows, across_runs) if str(r["task_id"]) in by_id]
+    cut_short = [r for r in unfinished(rows, across_runs) if str(r["task_id"]) in by_id]
     step_cache: dict[int, list[dict[str, Any]]] = {}
 
     def steps_of(episode_id: int) -> list[dict[str, Any]]:
@@ -117,6 +118,8 @@ def breakdown(store: TraceStore, tasks: Iterable[Task], *, run_ids: Iterable[int
         "groups": groups,
         "failures": failure_counts(failures),
         "failed_episodes": [asdict(f) for f in failures],
+        "unfinished": [{"episode_id": r["id"], "task_id": str(r["task_id"]), "policy": r["policy"]}
+                       for r in cut_short],  # fmt: skip
     }
 
 
@@ -166,6 +169,9 @@ def breakdown_markdown(data: Mapping[str, Any]) -> str:
     lines += ["", "| policy | " + " | ".join(CATEGORIES) + " |", "|---" * (1 + len(CATEGORIES)) + "|"]
     for p, counts in data["failures"].items():
         lines.append(f"| {p} | " + " | ".join(str(counts[c]) for c in CATEGORIES) + " |")
+    if data.get("unfinished"):
+        cut = ", ".join(f"{u['task_id']} {u['policy']} (episode {u['episode_id']})" for u in data["unfinished"])
+        lines += ["", f"Interrupted, not counted (a resume reruns them): {cut}"]
     return "\n".join(lines) + "\n"
 
 

@@ -58,8 +58,15 @@ class TraceSummary:
         }
 
 
+def interrupted(row: Mapping[str, Any]) -> bool:
+    """Whether an episode was cut short from outside (Ctrl-C, SIGTERM, a process that died): not an outcome of the
+    agent. `agent.episode` and the store's stale-claim sweep both write errors that start with "interrupted"."""
+    return row["status"] == "error" and str(row.get("error") or "").startswith("interrupted")
+
+
 def final_attempts(rows: Iterable[Mapping[str, Any]], across_runs: bool = False) -> list[Mapping[str, Any]]:
-    """One row per (run, task, policy): the latest `done` attempt, else the latest `error`; `running` is dropped.
+    """One row per (run, task, policy): the latest `done` attempt, else the latest `error`; `running` is dropped,
+    and so are `interrupted` attempts (a resume reruns them; `unfinished` lists tasks that have nothing else).
 
     A crashed episode is rerun under the same run; only its final outcome should count, and an error that a rerun
     fixed must not count as a failure. `across_runs` keys on (task, policy) alone, for one suite finished under two
@@ -67,13 +74,30 @@ def final_attempts(rows: Iterable[Mapping[str, Any]], across_runs: bool = False)
     """
     best: dict[tuple[Any, Any, Any], Mapping[str, Any]] = {}
     for row in rows:
-        if row["status"] not in ("done", "error"):
+        if row["status"] not in ("done", "error") or interrupted(row):
             continue
-        key = (None if across_runs else row.get("run_id"), row["task_id"], row["policy"])
+        key = _attempt_key(row, across_runs)
         current = best.get(key)
         if current is None or _attempt_rank(row) > _attempt_rank(current):
             best[key] = row
     return sorted(best.values(), key=lambda r: r.get("id") or 0)
+
+
+def unfinished(rows: Iterable[Mapping[str, Any]], across_runs: bool = False) -> list[Mapping[str, Any]]:
+    """The latest interrupted attempt of each (run, task, policy) that has no finished one: what a success rate
+    over `final_attempts` leaves out, so a report can say how much of the suite it covers."""
+    rows = list(rows)
+    finished = {_attempt_key(r, across_runs) for r in final_attempts(rows, across_runs)}
+    latest: dict[tuple[Any, Any, Any], Mapping[str, Any]] = {}
+    for row in rows:
+        key = _attempt_key(row, across_runs)
+        if interrupted(row) and key not in finished and (row.get("id") or 0) >= (latest.get(key, {}).get("id") or 0):
+            latest[key] = row
+    return sorted(latest.values(), key=lambda r: r.get("id") or 0)
+
+
+def _attempt_key(row: Mapping[str, Any], across_runs: bool) -> tuple[Any, Any, Any]:
+    return (None if across_runs else row.get("run_id"), row["task_id"], row["policy"])
 
 
 def _attempt_rank(row: Mapping[str, Any]) -> tuple[int, int]:

@@ -94,6 +94,7 @@ def db(tmp_path: Path) -> Path:
         _record(store, full, "1", "full", True, [HOME, RESULTS], [600, 800], 400)
         _record(store, full, "101", "full", False, [HOME, HOME, HOME], [600, 800, 1000], 600)
         _record(store, conf, "1", "confkv", False, [HOME, RESULTS], [600, 800], 100, kept=[600, 500])
+        store.fail_episode(store.start_episode(conf, "101", "confkv"), "interrupted (Ctrl-C or SIGTERM)")
     return path
 
 
@@ -120,6 +121,10 @@ def test_breakdown_groups_costs_and_failures(db: Path) -> None:
     assert data["failures"]["confkv"]["grounding"] == 1  # the price was on its last page
     assert data["failures"]["full"]["navigation"] == 1
     assert "| shopping" not in breakdown_markdown(data) and "| site: shopping |" in breakdown_markdown(data)
+    # confkv's task 101 was interrupted: listed as unfinished, not counted as a failed episode
+    assert data["overall"]["confkv"]["episodes"] == 1 and "confkv" not in data["groups"]["site"]["classifieds"]
+    assert data["unfinished"] == [{"episode_id": 4, "task_id": "101", "policy": "confkv"}]
+    assert "Interrupted, not counted (a resume reruns them): 101 confkv (episode 4)" in breakdown_markdown(data)
 
 
 def test_breakdown_cli(db: Path) -> None:

@@ -7,7 +7,7 @@ import json
 import pytest
 from rich.console import Console
 
-from traces.summary import final_attempts, summarize, summary_table
+from traces.summary import final_attempts, summarize, summary_table, unfinished
 
 
 def ep(
@@ -122,6 +122,20 @@ def test_running_rows_are_refused_and_final_attempts_keep_one_per_task():
     # one suite finished under two runs: each task once, a later run's finished episode replacing an earlier error
     rows += [ep("full", "b", 1, id_=8, run=2), ep("full", "d", 0, status="error", id_=9, run=2)]
     assert [r["id"] for r in final_attempts(rows, across_runs=True)] == [7, 8, 9]
+
+
+def test_interrupted_attempts_are_unfinished_not_failures():
+    cut = "interrupted (Ctrl-C or SIGTERM)"
+    rows = [
+        {**ep("full", "a", 0, status="error", id_=1), "error": cut},
+        ep("full", "a", 1, id_=2),  # rerun on resume: the pass counts
+        {**ep("full", "b", 0, status="error", id_=3), "error": "interrupted: left running by a process that is gone"},
+        {**ep("full", "b", 0, status="error", id_=4), "error": cut},
+        {**ep("full", "c", 0, status="error", id_=5), "error": "BrowserCrashed: target closed"},  # a real failure
+    ]
+    assert [r["id"] for r in final_attempts(rows)] == [2, 5]
+    assert summarize(final_attempts(rows)).policies["full"].success_rate == 0.5  # 1 of 2, not 1 of 3
+    assert [r["id"] for r in unfinished(rows)] == [4]
 
 
 def test_json_shape_and_table_rendering():
