@@ -149,6 +149,26 @@ FORM_DEMO = Demo("Set the watering reminder of my Velvet Fern to every 4 days.",
      "The page confirms the change; the task asks for no answer.", "stop []"),
 ))  # fmt: skip
 
+# "My messages / my offers / my listings": the answer lives behind the account's own links, not in the search box.
+# v9 searched the listings for every classifieds task about the user's own conversations (tasks 110, 113-116, 120)
+# and typed its answer into a seller's contact form. A candidate (probe variant `inbox_demo`), not in DEMOS.
+_SWAP = ("[1] link 'Swapshed'\n[2] search\n  [3] searchbox 'Search items'\n  [4] button 'Search'\n"
+         "[5] navigation 'Account'\n  [6] link 'Inbox'\n  [7] link 'My items'\n  [8] link 'Sign out'\n[9] main\n")
+INBOX_DEMO = Demo("How much did Ines Marlow offer me for my canoe paddle?", (
+    ("Swapshed", "/",
+     _SWAP + "  [10] heading 'Latest items'\n  [11] link 'Cedar canoe paddle'\n  [12] StaticText '$140.00'\n"
+     "  [13] link 'Brass floor lamp'\n  [14] StaticText '$60.00'",
+     "An offer made to me is in my own inbox, not in the item listings: open the inbox.", "click [6]"),
+    ("Inbox", "/inbox",
+     _SWAP + "  [10] heading 'Inbox'\n  [11] table 'Conversations'\n    [12] row\n      [13] link 'Brass floor lamp'\n"
+     "      [14] cell 'Teodor Vance'\n    [15] row\n      [16] link 'Cedar canoe paddle'\n      [17] cell 'Ines Marlow'",
+     "Open the conversation with Ines Marlow about the paddle.", "click [16]"),
+    ("Cedar canoe paddle", "/inbox/4",
+     _SWAP + "  [10] heading 'Cedar canoe paddle'\n  [11] StaticText 'Ines Marlow: Would you take $95 for it?'\n"
+     "  [12] StaticText 'You: It is still available.'\n  [13] textbox 'Your reply'\n  [14] button 'Send'",
+     "The conversation shows her offer: $95.", "stop [$95]"),
+))  # fmt: skip
+
 #: The demonstrations in front of every episode, in order (the search episode last: the commonest first move).
 DEMOS = (SORT_DEMO, SEARCH_DEMO)
 

@@ -36,6 +36,7 @@ VARIANTS = {
     "one_demo": {"demos": ("SEARCH_DEMO",)},  # the search demonstration alone (agent version 8 and before)
     "compact": {"compact": True},  # pages and demos as `agent.observation.compact_tree` shows them (a candidate)
     "form_demo": {"demos": ("FORM_DEMO", "SORT_DEMO", "SEARCH_DEMO")},  # + type, submit, stop [] (a candidate)
+    "inbox_demo": {"demos": ("INBOX_DEMO", "SORT_DEMO", "SEARCH_DEMO")},  # + the account's own pages (a candidate)
 }
 
 

@@ -31,7 +31,7 @@ def test_no_demonstration_in_the_prompt_module_leaks(strings):
     import agent.prompt as prompt
 
     demos = tuple(v for v in vars(prompt).values() if isinstance(v, prompt.Demo))
-    assert prompt.FORM_DEMO in demos and set(prompt.DEMOS) <= set(demos)
+    assert {prompt.FORM_DEMO, prompt.INBOX_DEMO} <= set(demos) and set(prompt.DEMOS) <= set(demos)
     text = "\n".join(m["content"] for m in demo_turns(demos=demos))
     assert find_leaks(text, strings) == []
 
