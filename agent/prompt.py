@@ -150,8 +150,9 @@ FORM_DEMO = Demo("Set the watering reminder of my Velvet Fern to every 4 days.",
 ))  # fmt: skip
 
 # "My messages / my offers / my listings": the answer lives behind the account's own links, not in the search box.
-# v9 searched the listings for every classifieds task about the user's own conversations (tasks 110, 113-116, 120)
-# and typed its answer into a seller's contact form. A candidate (probe variant `inbox_demo`), not in DEMOS.
+# v9's first move on every classifieds task about the user's own conversations (tasks 110, 113-116, 120) was the
+# listing search; it typed its answers into sellers' contact forms. Probe variant `inbox_demo`: negative (none of 5
+# such first states moved to Messages, docs/results/agent-v9-suite.md), so not in DEMOS.
 _SWAP = ("[1] link 'Swapshed'\n[2] search\n  [3] searchbox 'Search items'\n  [4] button 'Search'\n"
          "[5] navigation 'Account'\n  [6] link 'Inbox'\n  [7] link 'My items'\n  [8] link 'Sign out'\n[9] main\n")
 INBOX_DEMO = Demo("How much did Ines Marlow offer me for my canoe paddle?", (
