@@ -37,6 +37,7 @@ VARIANTS = {
     "compact": {"compact": True},  # pages and demos as `agent.observation.compact_tree` shows them (a candidate)
     "form_demo": {"demos": ("FORM_DEMO", "SORT_DEMO", "SEARCH_DEMO")},  # + type, submit, stop [] (a candidate)
     "inbox_demo": {"demos": ("INBOX_DEMO", "SORT_DEMO", "SEARCH_DEMO")},  # + the account's own pages (a candidate)
+    "no_goto": {"no_goto": True},  # `goto` dropped from the first step, as after a failed one (probed: 1 of 8 better)
 }
 
 
@@ -92,6 +93,8 @@ def main() -> None:
                 lambda reasoning=False, labels=True, _d=demos, _c=compact: prompt.demo_turns(reasoning, labels, _d, _c))
             agent = ModelAgent(model, tok, kv_policy, model_name=args.model, **variant.get("agent", {}))
             agent.begin(task.intent)
+            if variant.get("no_goto"):
+                agent.goto_failed = True
             last = None
             for i in range(k):
                 obs_text, reply, result = steps[i]
