@@ -15,6 +15,7 @@ import typer
 from agent.cli_options import checked_dtype, dtype_option
 from envs import TASKS_DIR
 from traces import DEFAULT_DB_PATH
+from traces.fmt import terminal_safe
 
 if TYPE_CHECKING:
     from agent.episode import EpisodeResult
@@ -85,8 +86,10 @@ def _agent_dtype(name: str, int8: bool, policies: list[str]) -> str:
     return checked_dtype(name, announce=any(p != SCRIPTED for p in policies))
 def clip(text: str, limit: int = 120) -> str:
     """A display prefix of user or model text: rich lays out and highlights whole strings (quadratic in their
-    length), so megabytes of intent or answer would freeze the screen and Ctrl-C with it."""
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} chars)"
+    length), so megabytes of intent or answer would freeze the screen and Ctrl-C with it. Control characters are
+    shown, not sent (`traces.fmt.terminal_safe`): an ESC in an intent must not clear or retitle the terminal."""
+    shown = terminal_safe(text[:limit])
+    return shown if len(text) <= limit else f"{shown}... ({len(text):,} chars)"
 
 
 def _sparkline(values: list[float]) -> str:
@@ -122,7 +125,7 @@ class LiveView:
             action = escape(clip(e.action, 100)) if e.action else f"[red]{escape(raw)}[/red]"
             error = e.parse_error or e.exec_error
             if error:
-                action += f" [red]({escape(error[:50])})[/red]"
+                action += f" [red]({escape(terminal_safe(error[:50]))})[/red]"
             tokens = "-" if e.prefilled_tokens is None else f"{e.prefilled_tokens}/{e.total_tokens}"
             table.add_row(str(e.step), action, _sparkline(confidences[:40]), _size(e.kv_bytes), tokens,
                           f"{(e.step_ms or 0) / 1000:.1f}")  # fmt: skip
@@ -137,7 +140,8 @@ def _print_result(console: Any, result: EpisodeResult) -> None:
                   f"{'SUCCESS' if result.success else 'FAILED' if result.status == 'done' else 'ERROR'}[/{colour}]"
                   f" after {result.steps} steps in {result.wall_s:.0f} s; answer={escape(clip(repr(result.answer)))}",
                   highlight=False)  # fmt: skip
-    console.print(f"  {result.stop_reason or ''} | {result.reason[:300]}", markup=False)
+    console.print(terminal_safe(f"  {result.stop_reason or ''} | {result.reason[:300]}"), markup=False,
+                  highlight=False)  # fmt: skip
     if result.peak_kv_bytes is not None:
         ratio = result.peak_kv_bytes / result.full_kv_bytes if result.full_kv_bytes else float("nan")
         console.print(f"  peak KV {_size(result.peak_kv_bytes)} vs full {_size(result.full_kv_bytes)} "
@@ -309,7 +313,8 @@ def _eval_forced(tasks: list[Any], names: list[str], settings: Any, db: Path, bu
 
     def on_result(r: dict[str, Any]) -> None:
         what = r.get("reason") if r["status"] != "done" else f"answer NLL {r.get('answer_nll')}"
-        console.print(f"task {r['task_id']} {r['policy']}: {r['status']} {what}", markup=False, highlight=False)
+        console.print(terminal_safe(f"task {r['task_id']} {r['policy']}: {r['status']} {what}"), markup=False,
+                      highlight=False)  # fmt: skip
 
     try:
         _, summary = run_forced_batch(tasks, names, settings, db, budgets, on_result)

@@ -1,6 +1,9 @@
-"""Human formatting shared by the ls table, the replay header and the eval summary table."""
+"""Human formatting shared by the ls table, the replay header and the eval summary table, and the one sanitizer
+for user text on its way to a terminal (`terminal_safe`)."""
 
 from __future__ import annotations
+
+import re
 
 
 def format_bytes(n: float | None) -> str:
@@ -28,3 +31,16 @@ def truncate(text: str | None, limit: int) -> str:
         return ""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: max(limit - 1, 0)] + "…"
+
+
+# C0 controls except tab and newline, DEL, and the C1 block (U+0080-U+009F: CSI, OSC, ... on many terminals).
+_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with every control character except newline and tab written out as a visible `\\x1b`-style escape.
+
+    Why: intents, answers, pages and model output are data, but an ESC in them reaches the terminal as a command
+    (`ESC]0;...` retitles the window, `ESC[41m` recolours, `ESC[2J` clears the screen); Rich passes ESC through
+    even in `Text`. Everything that prints such text to a terminal goes through this one function."""
+    return _CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)

@@ -2,7 +2,8 @@
 
 The point of Conf-KV is that the budget follows the model's confidence, so each step ends with a two-line chart
 over its decoding tokens (confidence, budget) with every budget expansion (n_low -> n_high) marked and listed.
-Everything user-supplied (observations are full of `[12]`-style ids) goes through `rich.text.Text`, never markup.
+Everything user-supplied (observations are full of `[12]`-style ids) goes through `rich.text.Text`, never markup,
+and through `traces.fmt.terminal_safe`, so an ESC in a page or an answer is shown, not obeyed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from traces.fmt import format_bytes, format_ratio, truncate
+from traces.fmt import format_bytes, format_ratio, terminal_safe, truncate
 from traces.store import TraceStore, TraceStoreError
 
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -185,6 +186,11 @@ def step_panel(
     return Panel(Group(*parts), title=f"step {step['step']}", title_align="left")
 
 
+def _shown(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored row with its text made terminal-safe (pages, actions, answers and errors are user data)."""
+    return {key: terminal_safe(value) if isinstance(value, str) else value for key, value in row.items()}
+
+
 def replay(
     store: TraceStore,
     episode_id: int,
@@ -196,11 +202,11 @@ def replay(
 ) -> None:
     """Print an episode (or one step of it) to the console, non-interactively."""
     console = console or Console()
-    episode = store.episode(episode_id)
-    steps = store.steps(episode_id)
+    episode = _shown(store.episode(episode_id))
+    steps = [_shown(row) for row in store.steps(episode_id)]
     tokens_by_step: dict[int, list[dict[str, Any]]] = {}
     for tok in store.decode_tokens(episode_id):
-        tokens_by_step.setdefault(tok["step"], []).append(tok)
+        tokens_by_step.setdefault(tok["step"], []).append(_shown(tok))
     budgets = [t["budget"] for toks in tokens_by_step.values() for t in toks]
     budget_range = (min(budgets), max(budgets)) if budgets else None
     if step is not None and step not in {s["step"] for s in steps}:

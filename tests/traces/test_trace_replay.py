@@ -71,3 +71,26 @@ def test_sparkline_downsample_and_expansion_detection():
     # the first token expands against the previous step's last budget; the trigger is then unknown here
     first = budget_expansions(tokens, previous_budget=32)[0]
     assert (first.token_index, first.before, first.trigger_confidence) == (0, 32, None)
+
+
+# The sequences a hostile page, intent or answer might carry: retitle the window, red background, clear the screen,
+# and the one-byte C1 CSI (U+009B) some terminals obey too.
+ESCAPES = ("\x1b]0;pwned\x07", "\x1b[41m", "\x1b[2J", "\x9b31m")
+
+
+def test_escape_sequences_in_pages_actions_and_answers_are_shown_not_sent(db_path):
+    import io
+
+    hostile = "".join(ESCAPES)
+    with TraceStore(db_path) as store:
+        ep = store.start_episode(store.start_run("m", "full"), "t")
+        store.add_step(ep, step=0, url=f"http://127.0.0.1:1/{hostile}", observation=f"[1] heading '{hostile}'",
+                       raw_output=f"x stop [{hostile}]", action=f"stop [{hostile}]", result=f"OK: {hostile}")
+        store.finish_episode(ep, success=False, eval_reason=f"must_include '1' not found in answer '{hostile}'")
+        out = io.StringIO()
+        replay(store, ep, Console(file=out, force_terminal=True, width=400))  # a real terminal: styles are on
+    text = out.getvalue()
+    for seq in ESCAPES:
+        assert seq not in text  # none reaches the terminal raw ...
+    assert "\\x1b]0;pwned\\x07\\x1b[41m\\x1b[2J\\x9b31m" in text  # ... each is shown, visibly, where it was
+    assert text.count("\\x1b]0;pwned") >= 5  # url, page, model output, action and the evaluator's reason

@@ -1,0 +1,63 @@
+"""Hostile input, second round (issue 38), on the command line: terminal escapes in user text are shown, not sent;
+absurd ids and ranges are one-line errors; Ctrl-C and a full disk say what happened."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from agent.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK = ROOT / "tasks" / "shopping_001.yaml"
+runner = CliRunner()
+# Retitle the window, red background, clear the screen, and the one-byte C1 CSI (U+009B) some terminals obey too.
+ESCAPES = ("\x1b]0;pwned\x07", "\x1b[41m", "\x1b[2J", "\x9b31m")
+HOSTILE = "".join(ESCAPES)
+
+
+def _assert_shown_not_sent(text: str) -> None:
+    for seq in ESCAPES:
+        assert seq not in text
+    assert "\\x1b]0;pwned\\x07" in text and "\\x1b[2J" in text
+
+
+def test_escape_sequences_reach_the_run_screen_shown_not_sent(tmp_path: Path, monkeypatch) -> None:
+    from agent import batch
+    from agent.cli_run import LiveView, _print_result
+    from agent.episode import EpisodeResult
+    from traces.records import DecodeToken, StepRecord
+
+    task = tmp_path / "shopping_001.yaml"
+    task.write_text(TASK.read_text().replace("intent: What is", 'intent: "\\e]0;pwned\\a\\e[41m\\e[2J What is')
+                    .replace("Mug?\n", 'Mug?"\n'), encoding="utf-8")  # fmt: skip
+
+    class Stop(Exception):
+        pass
+
+    def no_worker(*args: object, **kwargs: object) -> None:
+        raise Stop  # the intent line is printed; the sites and the browser are not needed to see it
+
+    monkeypatch.setattr(batch, "Worker", no_worker)
+    result = runner.invoke(app, ["run", str(task), "--policy", "scripted", "--db", str(tmp_path / "t.sqlite")])
+    assert isinstance(result.exception, Stop), result.output
+    assert "What is the price" in result.output
+    for seq in ESCAPES[:3]:
+        assert seq not in result.output
+    assert "\\x1b]0;pwned\\x07\\x1b[41m\\x1b[2J What is" in result.output
+
+    # the live table (model output and errors) and the result lines (answer, evaluator reason)
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=300)
+    view = LiveView("t")
+    view.add(StepRecord(0, raw_output=f"stop [{HOSTILE}]", action=f"stop [{HOSTILE}]", exec_error=HOSTILE),
+             [DecodeToken(0, "t", 0.5, 1, 1, 1)])  # fmt: skip
+    view.add(StepRecord(1, raw_output=f"oops {HOSTILE}", parse_error=f"bad {HOSTILE}"), [])
+    console.print(view)
+    _print_result(console, EpisodeResult(1, 1, "scripted", "done", False, 0.0, answer=HOSTILE,
+                                         reason=f"must_include '9.95' not found in answer '{HOSTILE}'",
+                                         stop_reason=f"stop {HOSTILE}", blocked=[f"http://x/{HOSTILE}"]))  # fmt: skip
+    _assert_shown_not_sent(out.getvalue())
