@@ -5,12 +5,17 @@ One widget per job: the episode table (with a filter line), the step list of the
 and kept tokens on the right, step boundaries as vertical lines, gate openings as points) and, for pyramid
 policies, a per-layer strip of kept tokens. `s` opens two episodes of the same task side by side, aligned by step.
 Everything shown comes from `traces.browse_data` (pure, tested on its own); `replay` stays the plain printout.
+
+Actions, answers, pages and errors are user data: they reach the screen as plain `Text` / `markup=False` widgets,
+never as console markup (the agent's own grammar is `click [link 'Cart']`, and a stray `[/]` in a page crashed the
+app), and through `traces.fmt.terminal_safe`, so control characters are shown, not obeyed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -28,11 +33,17 @@ from traces.browse_data import (
     step_text,
 )
 from traces.episode_plot import align_by_step
+from traces.fmt import terminal_safe
 from traces.store import TraceStore
 
 
 def _fmt_conf(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+def _cell(value: object) -> Text:
+    """A table cell shown exactly as stored: DataTable parses plain `str` cells as console markup."""
+    return Text(terminal_safe(str(value)), no_wrap=True)
 
 
 class EpisodePlot(PlotextPlot):
@@ -79,9 +90,9 @@ class SideBySide(Screen):
         yield DataTable(id="aligned", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="panes"):
             with VerticalScroll():
-                yield Static(id="left-step")
+                yield Static(id="left-step", markup=False)
             with VerticalScroll():
-                yield Static(id="right-step")
+                yield Static(id="right-step", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -94,9 +105,9 @@ class SideBySide(Screen):
             step = (sa or sb)["step"]  # type: ignore[index]
             table.add_row(
                 str(step),
-                (sa or {}).get("action") or ("-" if sa else ""),
+                _cell((sa or {}).get("action") or ("-" if sa else "")),
                 _fmt_conf(mean_confidence(self.left.series, step)) if sa else "",
-                (sb or {}).get("action") or ("-" if sb else ""),
+                _cell((sb or {}).get("action") or ("-" if sb else "")),
                 _fmt_conf(mean_confidence(self.right.series, step)) if sb else "",
                 key=str(i),
             )
@@ -155,10 +166,10 @@ class TraceBrowser(App):
             yield DataTable(id="steps", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="bottom"):
             with VerticalScroll(id="detail-scroll"):
-                yield Static(id="detail")
+                yield Static(id="detail", markup=False)
             with Vertical(id="right"):
                 yield EpisodePlot(id="plot")
-                yield Static(id="layers")
+                yield Static(id="layers", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -177,8 +188,8 @@ class TraceBrowser(App):
         table.clear()
         for ep in self.shown:
             mark = "*" if ep["id"] == self.marked else ""
-            table.add_row(f"{ep['id']}{mark}", str(ep["run_id"]), ep["policy"], str(ep["task_id"]), outcome(ep),
-                          "-" if ep["steps"] is None else str(ep["steps"]), key=str(ep["id"]))  # fmt: skip
+            table.add_row(f"{ep['id']}{mark}", str(ep["run_id"]), _cell(ep["policy"]), _cell(ep["task_id"]),
+                          outcome(ep), "-" if ep["steps"] is None else str(ep["steps"]), key=str(ep["id"]))  # fmt: skip
         if self.shown:
             self._select_episode(int(self.shown[0]["id"]))
         else:
@@ -188,7 +199,7 @@ class TraceBrowser(App):
         try:
             self.shown = filter_episodes(self.all_episodes, event.value)
         except ValueError as exc:
-            self.notify(str(exc), severity="warning")
+            self.notify(terminal_safe(str(exc)), severity="warning", markup=False)  # it quotes what was typed
             return
         self._fill_episodes()
 
@@ -212,8 +223,8 @@ class TraceBrowser(App):
         if self.view is not None:
             for s in self.view.steps:
                 conf = mean_confidence(self.view.series, s["step"])
-                steps.add_row(str(s["step"]), s["action"] or "-", _fmt_conf(conf),
-                              (s["parse_error"] or s["exec_error"] or "")[:40], key=str(s["step"]))  # fmt: skip
+                steps.add_row(str(s["step"]), _cell(s["action"] or "-"), _fmt_conf(conf),
+                              _cell((s["parse_error"] or s["exec_error"] or "")[:40]), key=str(s["step"]))  # fmt: skip
         self.query_one("#plot", EpisodePlot).show(self.view)
         self._show_layers()
         first = self.view.steps[0]["step"] if self.view and self.view.steps else None
@@ -228,7 +239,7 @@ class TraceBrowser(App):
         ep = self.view.episode
         head = f"episode {ep['id']} · {ep['policy']} · {ep['task_id']} · {outcome(ep)}\n" \
                f"{ep.get('eval_reason') or ep.get('error') or ''}\n\n"  # fmt: skip
-        detail.update(head + (step_text(row) if row else "(no steps recorded)"))
+        detail.update(terminal_safe(head) + (step_text(row) if row else "(no steps recorded)"))
 
     def _show_layers(self) -> None:
         layers = self.query_one("#layers", Static)
@@ -256,7 +267,8 @@ class TraceBrowser(App):
         if self.view is None:
             return
         self.marked = int(self.view.episode["id"])
-        self.notify(f"episode {self.marked} marked: `s` on another episode of the same task compares them")
+        self.notify(f"episode {self.marked} marked: `s` on another episode of the same task compares them",
+                    markup=False)  # fmt: skip
 
     def action_side_by_side(self) -> None:
         if self.view is None:
@@ -264,7 +276,7 @@ class TraceBrowser(App):
             return
         other = partner(self.all_episodes, self.view.episode, self.marked)
         if other is None:
-            self.notify(f"no other episode of task {self.view.episode['task_id']} to compare with",
-                        severity="warning")  # fmt: skip
+            self.notify(terminal_safe(f"no other episode of task {self.view.episode['task_id']} to compare with"),
+                        severity="warning", markup=False)  # fmt: skip
             return
         self.push_screen(SideBySide(self.view, load_episode(self.store, int(other["id"]))))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from traces.episode_plot import EpisodeSeries, episode_series, layer_strip
+from traces.fmt import terminal_safe
 from traces.store import TraceStore
 
 FILTER_KEYS = ("task", "policy", "outcome")
@@ -88,7 +89,8 @@ def partner(episodes: Sequence[Mapping[str, Any]], current: Mapping[str, Any],
 
 
 def step_text(step: Mapping[str, Any] | None, observation_lines: int | None = None) -> str:
-    """The step pane: action, result, error, reply and observation, as plain text (no markup)."""
+    """The step pane: action, result, error, reply and observation, as plain text: show it without markup parsing;
+    control characters are already written out (`terminal_safe`)."""
     if step is None:
         return "(no such step: the episode had ended)"
     error = step.get("parse_error") or step.get("exec_error")
@@ -106,7 +108,7 @@ def step_text(step: Mapping[str, Any] | None, observation_lines: int | None = No
         "observation:",
         observation,
     ]
-    return "\n".join(parts)
+    return terminal_safe("\n".join(parts))
 
 
 def mean_confidence(series: EpisodeSeries, step: int) -> float | None:

@@ -149,3 +149,59 @@ def test_browse_on_a_missing_database_is_a_one_line_error(tmp_path: Path) -> Non
 
     result = CliRunner().invoke(app, ["traces", "browse", "--db", str(tmp_path / "nope.sqlite")])
     assert result.exit_code == 1 and "no trace database at" in result.output
+
+
+# What the agent really writes (its grammar is brackets) and what a hostile page, answer or model can hold: console
+# markup that closes tags it never opened, a link tag, and terminal escapes (retitle, red background, clear screen).
+MARKUP = "[/] [link=http://evil.example]x[/link] [/bold]"
+ESCAPES = "\x1b]0;pwned\x07 \x1b[41m \x1b[2J"
+HOSTILE_STEPS = [
+    "type [3] [Ironleaf Classic Coffee Mug] [1]",
+    "click [link 'Cart']",
+    f"stop [{MARKUP} {ESCAPES}]",
+]
+
+
+@pytest.fixture
+def hostile_db(tmp_path: Path) -> Path:
+    path = tmp_path / "traces.sqlite"
+    with TraceStore(path) as store:
+        ep = store.start_episode(store.start_run("tiny", "full", {}), "shop-1")
+        for step, action in enumerate(HOSTILE_STEPS):
+            store.add_step(ep, StepRecord(step=step, url=f"http://127.0.0.1:1/{step}", raw_output=action, action=action,
+                                          observation=f"[1] RootWebArea 'Sale {MARKUP}'\n[2] StaticText '{ESCAPES}'",
+                                          result=f"OK: {action}", exec_error=f"odd {MARKUP}" if step == 1 else None))
+        store.finish_episode(ep, success=False, eval_reason=f"must_include '9.95' not found in answer '{MARKUP}'")
+    return path
+
+
+def test_app_shows_markup_and_escapes_in_actions_answers_and_pages_literally(hostile_db: Path) -> None:
+    from textual.widgets import DataTable, Input, Static
+
+    from traces.browse import TraceBrowser
+
+    shown_escapes = "\\x1b]0;pwned\\x07 \\x1b[41m \\x1b[2J"
+
+    def rows(table: DataTable) -> list[str]:  # what the table draws (header line first), not what it was given
+        return [table.render_line(y).text for y in range(table.row_count + 1)]
+
+    async def scenario() -> None:
+        app = TraceBrowser(str(hostile_db))
+        async with app.run_test(size=(400, 60), notifications=True) as pilot:  # wide: every column of the steps
+            steps = app.query_one("#steps", DataTable)
+            drawn = "\n".join(rows(steps))
+            assert "type [3] [Ironleaf Classic Coffee Mug] [1]" in drawn and "click [link 'Cart']" in drawn
+            assert "odd [/] [link=http://evil.example]x[/lin" in drawn  # the error column: 40 characters
+            detail = _text(app.query_one("#detail", Static))
+            assert f"not found in answer '{MARKUP}'" in detail  # the evaluator's reason quotes the answer
+            assert "action: type [3] [Ironleaf Classic Coffee Mug] [1]" in detail
+            assert f"RootWebArea 'Sale {MARKUP}'" in detail and shown_escapes in detail and "\x1b" not in detail
+            await pilot.press("t", "down", "down")  # the answer step
+            detail = _text(app.query_one("#detail", Static))
+            assert f"action: stop [{MARKUP} {shown_escapes}]" in detail and "\x1b" not in detail
+            await pilot.press("slash", *"[/]:x")  # a filter that is itself markup: a notice, not a crash
+            await pilot.pause()
+            assert app.query_one("#filter", Input).value == "[/]:x" and app.is_running
+            await pilot.press("q")
+
+    asyncio.run(scenario())
