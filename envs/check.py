@@ -7,7 +7,7 @@ The replay itself (reference solution and negative probe through the agent's own
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,16 +34,36 @@ class TaskCheck:
         return self.valid and bool(self.reference_pass) and bool(self.negative_fail)
 
 
-def parse_ids(text: str) -> set[int]:
-    """"1,2,10-12" -> {1, 2, 10, 11, 12}; a clear ValueError otherwise."""
-    ids: set[int] = set()
+MAX_TASK_ID = 2**63 - 1  # SQLite's INTEGER, where task ids end up; far above any real id
+
+
+class TaskIds:
+    """The task ids `--ids` names, kept as ranges: `1-99999999999999` is one `range`, never a set of 10**14 ints
+    (building that set took 21 GB before the OOM killer ended it). Membership only, which is all a filter needs."""
+
+    def __init__(self, ranges: Iterable[range]) -> None:
+        self.ranges = tuple(ranges)
+
+    def __contains__(self, task_id: object) -> bool:
+        return isinstance(task_id, int) and any(task_id in r for r in self.ranges)
+
+    def __repr__(self) -> str:
+        return f"TaskIds({', '.join(f'{r.start}-{r.stop - 1}' for r in self.ranges)})"
+
+
+def parse_ids(text: str) -> TaskIds:
+    """"1,2,10-12" -> ids 1, 2, 10, 11 and 12 (lazily: any range costs the same); a clear ValueError otherwise."""
+    ranges: list[range] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         lo, sep, hi = part.partition("-")
         try:
-            ids.update(range(int(lo), int(hi) + 1) if sep else {int(lo)})
+            first, last = int(lo), int(hi if sep else lo)
         except ValueError:
-            raise ValueError(f"bad task id {part!r}: expected numbers like 1,2,10-12") from None
-    return ids
+            raise ValueError(f"bad task id {part[:40]!r}: expected numbers like 1,2,10-12") from None
+        if not 0 <= first <= MAX_TASK_ID or not 0 <= last <= MAX_TASK_ID:
+            raise ValueError(f"bad task id {part[:40]!r}: ids go from 1 to {MAX_TASK_ID:,}")
+        ranges.append(range(first, last + 1))
+    return TaskIds(ranges)
 
 
 def _raw_meta(path: Path) -> tuple[Any, list[str] | None]:
@@ -58,7 +78,8 @@ def _raw_meta(path: Path) -> tuple[Any, list[str] | None]:
     return data.get("task_id"), ([str(s) for s in sites] if isinstance(sites, list) else None)
 
 
-def _selected(task_id: Any, task_sites: list[str] | None, sites: set[str] | None, ids: set[int] | None) -> bool:
+def _selected(task_id: Any, task_sites: list[str] | None, sites: set[str] | None,
+              ids: Container[int] | None) -> bool:  # fmt: skip
     """Filters: `ids` by task_id; `sites` keeps tasks whose sites are all among them. Unknown metadata is kept."""
     if ids is not None and isinstance(task_id, int) and task_id not in ids:
         return False
@@ -72,7 +93,7 @@ class TaskSelection:
 
     paths: str | Path | Iterable[str | Path]
     sites: Iterable[str] | None = None
-    ids: set[int] | None = None
+    ids: Container[int] | None = None
     sample: int | None = None
     seed: int = 0
 

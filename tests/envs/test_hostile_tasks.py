@@ -1,0 +1,70 @@
+"""Hostile input, second round (issue 38), for task files: `tasks check` survives absurd id ranges, files that no
+parser should touch (deep nesting, latin-1, megabytes) and files that are not files (a FIFO, a device), reporting
+each as one failed check instead of hanging, eating memory or stopping the whole run. No browser: every task here is
+invalid, so nothing is replayed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GOOD = ROOT / "tasks" / "shopping_001.yaml"
+MEMORY_CAP = 2 << 30  # address space of the child: the old code needed 21 GB for the id range below
+CAP = f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({MEMORY_CAP}, {MEMORY_CAP}))\n"
+
+
+def tasks_check(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`confkv-agent tasks check ...` in a fresh process with its memory capped, so a regression fails this test
+    with a MemoryError instead of swapping or waking the OOM killer on a shared machine."""
+    boot = f"{CAP}import sys\nfrom agent.cli import main; main(sys.argv[1:])"
+    return subprocess.run([sys.executable, "-c", boot, "tasks", "check", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+
+
+def capped_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a child with the same memory cap (the old `parse_ids` filled all memory in-process)."""
+    return subprocess.run([sys.executable, "-c", CAP + code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
+def bad_task(folder: Path, name: str, task_id: int) -> Path:
+    """A task file that loads but fails validation (an unknown key), so it is reported, never replayed."""
+    path = folder / name
+    path.write_text(GOOD.read_text().replace("task_id: 1\n", f"task_id: {task_id}\nhint: none\n"))
+    return path
+
+
+def test_a_huge_id_range_is_not_built_in_memory(tmp_path: Path) -> None:
+    bad_task(tmp_path, "shopping_005.yaml", 5)
+    bad_task(tmp_path, "shopping_006.yaml", 6)
+    started = time.monotonic()
+    result = tasks_check(str(tmp_path), "--ids", "1-99999999999999,6", "--json")
+    assert "MemoryError" not in result.stderr and time.monotonic() - started < 60, result.stderr
+    doc = json.loads(result.stdout[result.stdout.index("{"):])
+    assert doc["tasks"] == 2 and {f["task_id"] for f in doc["failures"]} == {5, 6}
+    assert result.returncode == 1  # the two tasks are invalid
+    outside = tasks_check(str(tmp_path), "--ids", "6-99999999999999", "--json")
+    assert {f["task_id"] for f in json.loads(outside.stdout[outside.stdout.index("{"):])["failures"]} == {6}
+
+
+def test_id_ranges_are_lazy_bounded_and_clear() -> None:
+    code = """
+from envs.check import parse_ids
+ids = parse_ids("1,2,10-12, 99999999999999-100000000000000")
+assert all(i in ids for i in (1, 2, 10, 11, 12, 100000000000000)) and 3 not in ids and 13 not in ids
+assert "x" not in ids and None not in ids  # an invalid file's task_id may be anything
+for text in ("1-" + "9" * 30, "9" * 5000, "1,x", "5-"):
+    try:
+        parse_ids(text)
+    except ValueError as exc:
+        assert "bad task id" in str(exc) and len(str(exc)) < 200, exc
+    else:
+        raise AssertionError(text)
+print("ok")
+"""
+    result = capped_python(code)
+    assert result.stdout.strip() == "ok", result.stderr[-2000:]
