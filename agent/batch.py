@@ -44,7 +44,7 @@ class AgentSettings:
     reasoning: bool = False
     int8: bool = False
     max_steps: int = 30
-    dtype: str = "fp32"  # a concrete name (bf16, fp16, fp32): the CLI resolves `auto` before a run is recorded
+    dtype: str = "fp32"  # a concrete precision name (confkv.models.precision): the CLI resolves `auto` first
 
 
 def check_policy_names(names: Sequence[str], overrides: dict[str, str]) -> None:

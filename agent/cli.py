@@ -33,6 +33,7 @@ _COMMAND_MODULES = (
     "agent.cli_generate",  # generate
     "agent.cli_bench",  # bench decode / kernel / ppl / niah / klshift / memory / actions / dtype
     "agent.cli_bench_ablations",  # bench gate-rate / gate-vs-fixed / int8-keys
+    "agent.cli_bench_agent",  # bench decisions / precision
     "agent.cli_envs",  # envs serve
     "agent.cli_tasks",  # tasks check
     "agent.cli_run",  # run / eval

@@ -134,7 +134,7 @@ def ppl(
     stride: int = typer.Option(None, "--stride", min=1, help="tokens per call, eviction after each [1; quick 16]"),
     set_: list[str] = typer.Option(None, "--set", help="override of the gated policies, key=value"),
     dtype: str = dtype_option(),
-    int8: bool = typer.Option(False, "--int8", help="dynamic INT8 Linear layers (CPU speed-up, fp32 activations)"),
+    int8: bool = typer.Option(False, "--int8", help="the same as --dtype int8 (W8A8 Linear layers, fp32 activations)"),
     policies: str = typer.Option(None, "--policies", help="comma-separated subset [all: full, sliding, h2o, confkv, "
                                  "confkv-fixed, confkv-pyramid, confkv-noint8, random, recency, attention]"),
     out: str = typer.Option("results", "--out", help="results directory"),
@@ -146,7 +146,7 @@ def ppl(
 
     try:
         result, paths = bench_ppl.run(model, quick, out, tokens, stride, _overrides(set_),
-                                      progress=lambda m: typer.echo(m, err=True), dtype=checked_dtype(dtype),
+                                      progress=lambda m: typer.echo(m, err=True), dtype=checked_dtype(dtype, model=model),
                                       int8=int8, policies=_names(policies))
     except (CorpusMissingError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from exc
@@ -178,7 +178,7 @@ def decode(
     from confkv.policies import parse_overrides
 
     ctx = _parse_lengths("512,2048,4096" if quick else contexts)
-    names = [checked_dtype(d.strip()) for d in (dtypes.split(",") if dtypes else [dtype]) if d.strip()]
+    names = [checked_dtype(d.strip(), model=model) for d in (dtypes.split(",") if dtypes else [dtype]) if d.strip()]
     if not names:
         raise typer.BadParameter(f"expected comma-separated dtypes, got {dtypes!r}", param_hint="--dtypes")
     policy_overrides = parse_overrides(overrides)
@@ -234,7 +234,7 @@ def niah(
     match_total: bool = typer.Option(False, "--match-total", help="match resident + cold-tier bytes (one device)"),
     set_: list[str] = typer.Option(None, "--set", help="override of the gated policies, key=value"),
     dtype: str = dtype_option(),
-    int8: bool = typer.Option(False, "--int8", help="dynamic INT8 Linear layers (CPU speed-up, fp32 activations)"),
+    int8: bool = typer.Option(False, "--int8", help="the same as --dtype int8 (W8A8 Linear layers, fp32 activations)"),
     out: str = typer.Option("results", "--out", help="results directory"),
     as_json: bool = typer.Option(False, "--json", help="print the results JSON"),
 ) -> None:
@@ -246,7 +246,7 @@ def niah(
     try:
         chosen = _names(policies) or bench_niah.POLICIES
         result, paths = bench_niah.run(model, quick, out, lens, _floats(depths, "--depths"), _overrides(set_),
-                                       progress=lambda m: typer.echo(m, err=True), dtype=checked_dtype(dtype),
+                                       progress=lambda m: typer.echo(m, err=True), dtype=checked_dtype(dtype, model=model),
                                        needles=needles, policies=chosen, int8=int8, match=match,
                                        match_total=match_total)
     except (CorpusMissingError, ValueError) as exc:
@@ -270,7 +270,7 @@ def klshift(
 
     try:
         result, paths = bench_kl.run(model, quick, out, positions, ablate, progress=lambda m: typer.echo(m, err=True),
-                                     dtype=checked_dtype(dtype))
+                                     dtype=checked_dtype(dtype, model=model))
     except (CorpusMissingError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     _quality_output(result, paths, bench_kl.table, as_json)
@@ -353,27 +353,23 @@ def dtype_bench(
 
     from confkv.bench.dtype import format_report, run_dtype_bench
     from confkv.models import load
-    from confkv.models.dtype import resolve_dtype
     from confkv.models.load import load_tokenizer
 
-    names = [d.strip() for d in dtypes.split(",") if d.strip()]
-    for name in names:
-        if name == "auto":
-            raise typer.BadParameter("name concrete dtypes here (e.g. fp32,bf16)", param_hint="--dtypes")
-        checked_dtype(name, announce=False)
+    names = [checked_dtype(d.strip(), announce=d.strip() == "auto", model=model) for d in dtypes.split(",")
+             if d.strip()]  # fmt: skip
     tokenizer = load_tokenizer(model)  # the weights are loaded once per dtype below, not for the tokenizer
     head, steps = _agent_prompts(tokenizer, prompts, prompt_tokens)
     report = run_dtype_bench(lambda d: load(model, dtype=d)[0], names, steps, decode,
                              progress=lambda m: typer.echo(m, err=True), prefix=head)  # fmt: skip
     report["model"] = model
-    report["auto_would_pick"] = resolve_dtype("auto")[1]
+    report["auto_would_pick"] = checked_dtype("auto", announce=False, model=model)
     path = _save(report, out, f"dtype_{_label(model)}.json")
     if as_json:
         typer.echo(json.dumps(report))
         return
     for line in format_report(report):
         typer.echo(line)
-    typer.echo(f"{report['auto_would_pick']}\nresults: {path}")
+    typer.echo(f"auto would pick: {report['auto_would_pick']}\nresults: {path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -20,7 +20,7 @@ def _run(model: str, tokens: int, dtype: str, job: Callable[[Any, list[int]], di
     from confkv.bench.common import CorpusMissingError, corpus_ids
     from confkv.models import load_for_inference
 
-    name = checked_dtype(dtype)
+    name = checked_dtype(dtype, model=model)
     mdl, tokenizer = load_for_inference(model, dtype=name)
     try:
         ids = corpus_ids(tokenizer, tokens)

@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
             err.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from exc
         try:
-            mdl, tok = load(model, dtype=checked_dtype(dtype))
+            mdl, tok = load(model, dtype=checked_dtype(dtype, model=model))
         except (FileNotFoundError, ValueError) as exc:
             err.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from exc

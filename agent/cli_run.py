@@ -77,13 +77,16 @@ def _validate(policies: list[str], overrides: list[str] | None, model: str, db: 
     return parsed
 
 
-def _agent_dtype(name: str, int8: bool, policies: list[str]) -> str:
-    """The concrete dtype of this run (printed once; only when a model will be loaded)."""
+def _agent_dtype(name: str, int8: bool, policies: list[str], model: str) -> str:
+    """The concrete precision of this run (printed once; `auto` measured only when a model will be loaded)."""
     from agent.batch import SCRIPTED
 
     if int8:
-        return "fp32"  # dynamic INT8 Linear layers keep fp32 activations
-    return checked_dtype(name, announce=any(p != SCRIPTED for p in policies))
+        return "int8"  # the old flag: W8A8 Linear layers, fp32 activations
+    uses_model = any(p != SCRIPTED for p in policies)
+    return checked_dtype(name, announce=uses_model, model=model if uses_model else None)
+
+
 def clip(text: str, limit: int = 120) -> str:
     """A display prefix of user or model text: rich lays out and highlights whole strings (quadratic in their
     length), so megabytes of intent or answer would freeze the screen and Ctrl-C with it. Control characters are
@@ -167,7 +170,7 @@ def register(app: typer.Typer) -> None:
         screenshots: Path = typer.Option(None, "--screenshots", help="save a PNG per step into this folder"),
         free: bool = typer.Option(False, "--free", help="unconstrained decoding (default: grammar-constrained)"),
         reasoning: bool = typer.Option(False, "--reasoning", help="one line of free reasoning before the action"),
-        int8: bool = typer.Option(False, "--int8", help="dynamic INT8 Linear layers (CPU speed-up)"),
+        int8: bool = typer.Option(False, "--int8", help="the same as --dtype int8 (W8A8 Linear layers, fp32 activations)"),
         dtype: str = dtype_option(),
     ) -> None:
         """Run one task with a live view, evaluate it and record it in the trace database."""
@@ -187,7 +190,7 @@ def register(app: typer.Typer) -> None:
             raise _usage_error(str(exc)) from None
         console = Console(stderr=True)
         settings = AgentSettings(model=model, overrides=parsed, constrained=not free, reasoning=reasoning, int8=int8,
-                                 max_steps=max_steps, dtype=_agent_dtype(dtype, int8, [policy]))  # fmt: skip
+                                 max_steps=max_steps, dtype=_agent_dtype(dtype, int8, [policy], model))  # fmt: skip
         console.print(f"task {the_task.task_id}: {clip(the_task.intent, 300)}\npolicy {policy}, model "
                       f"{model if policy != 'scripted' else '-'}, up to {max_steps} steps, db {db}",
                       markup=False, highlight=False)  # fmt: skip
@@ -228,7 +231,7 @@ def register(app: typer.Typer) -> None:
         max_steps: int = typer.Option(None, "--max-steps", min=1, help="[default: 30; miniwob: 10]"),
         free: bool = typer.Option(False, "--free", help="unconstrained decoding"),
         reasoning: bool = typer.Option(False, "--reasoning", help="one line of free reasoning before the action"),
-        int8: bool = typer.Option(False, "--int8", help="dynamic INT8 Linear layers (CPU speed-up)"),
+        int8: bool = typer.Option(False, "--int8", help="the same as --dtype int8 (W8A8 Linear layers, fp32 activations)"),
         dtype: str = dtype_option(),
         mode: str = typer.Option("free", "--mode", help="free (the agent decides) or forced (reference trajectory "
                                  "teacher-forced: per-policy NLL of actions and answers, agent.forced)"),
@@ -259,7 +262,7 @@ def register(app: typer.Typer) -> None:
         max_steps = max_steps or (10 if suite == "miniwob" else 30)
         console = Console(stderr=True)
         settings = AgentSettings(model=model, overrides=parsed, constrained=not free, reasoning=reasoning, int8=int8,
-                                 max_steps=max_steps, dtype=_agent_dtype(dtype, int8, names))  # fmt: skip
+                                 max_steps=max_steps, dtype=_agent_dtype(dtype, int8, names, model))  # fmt: skip
         progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             console=console)  # fmt: skip
         bar = progress.add_task("episodes", total=None)

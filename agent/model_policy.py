@@ -303,6 +303,26 @@ class ModelAgent:
             prefill_chunks=chunks,
         )
 
+    def decide(self, observation: Observation, last_result: str | None) -> tuple[str, str]:
+        """The reply `act` would give now, decoded greedily on a fork of the live cache, which is left as it is:
+        (action in id form, text as written). Call after the turn's ids (`open_turn`) are appended. Why a fork: the
+        replay and forced evaluations score the decision at every step and then feed the recorded or reference
+        reply, so the decision must not enter the cache they go on with."""
+        labels = observation.labels() if self.labels else {}
+        hook = self._hook(observation, last_result, labels or None)
+        fork = self.session.fork()
+        generated = fork.decode(self.token_budget(labels), self.stop_ids, hook)
+        in_cache = generated[:-1] if generated and generated[-1] in self.stop_ids else generated
+        text = self.tokenizer.decode(in_cache, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return (to_ids(text, labels) if labels else text), text
+
+    def force_reply(self, written: str, action: str, observation: Observation) -> None:
+        """Append a reply the agent did not decode (a recorded or reference one: `written` as the model writes it,
+        `action` its id form) and close the turn as `act` would, bans included."""
+        self.session.append(self.tokenizer(written, add_special_tokens=False).input_ids)
+        self._remember(action, observation)
+        self.close_turn(written, action, observation.labels() if self.labels else {})
+
     def _remember(self, text: str, observation: Observation) -> None:
         """Note (url, verb, element) of the reply for `page_bans`, and a submitted type's field for `episode_bans`."""
         from agent.actions import ActionParseError, parse_action

@@ -236,6 +236,13 @@ def resolve(name_or_path: str | os.PathLike[str], progress: Progress = no_progre
     raise AssertionError("unreachable")
 
 
+def _config(path: Path) -> Any:
+    from transformers import AutoConfig
+
+    with hub_offline():
+        return AutoConfig.from_pretrained(path, local_files_only=True)
+
+
 def load(
     name_or_path: str | os.PathLike[str],
     dtype: torch.dtype | str | None = None,
@@ -245,51 +252,55 @@ def load(
     """Load ``(model, tokenizer)`` in eval mode from a registry name, a local HF directory, or a ``.gguf`` file.
 
     A local directory must hold safetensors weights; a ``.gguf`` file is dequantized on every call (slow; pull a
-    named model instead when you can). `dtype`: a torch dtype or `auto|bf16|fp16|fp32` (see
-    `confkv.models.dtype`); None = fp32. The cached weights are fp32; the dtype is applied while loading, and a
-    bf16 model's Linear layers become `RowGemvLinear` (faster one-row decode on CPU).
+    named model instead when you can). `dtype`: a torch dtype or a precision name, `auto` included (see
+    `confkv.models.dtype`; `progress` gets what `auto` measured and chose); None = fp32. The cached weights are
+    fp32; the precision is applied while loading: the activation dtype, then the Linear layers' form
+    (`confkv.models.precision.apply_precision`: INT8 forms, or `RowGemvLinear` for bf16 decode rows).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from confkv.models.dtype import resolve_dtype
-    from confkv.models.gemv import row_gemv_linears
+    from confkv.models.dtype import resolve_precision
+    from confkv.models.precision import apply_precision
 
-    dtype, _ = resolve_dtype(dtype)
     path = resolve(name_or_path, progress)
+    name = os.fspath(name_or_path)
     if path.is_file():
         if path.suffix != ".gguf":
             raise ValueError(f"{path} is a file but not a .gguf; pass a model directory, a .gguf file or a name")
-        model, tokenizer = _load_gguf(path, dtype, attn_implementation)
-        row_gemv_linears(model)
-        return model, tokenizer
-    _check_hf_dir(path)
-    with hub_offline():
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(
-            path,
-            dtype=dtype,
-            attn_implementation=attn_implementation,
-            use_safetensors=True,
-            local_files_only=True,
-        )
+        precision, lines = resolve_precision(dtype)
+        model, tokenizer = _load_gguf(path, precision.dtype, attn_implementation)
+    else:
+        _check_hf_dir(path)
+        precision, lines = resolve_precision(dtype, config=_config(path), model_name=name if name in MODELS else None,
+                                             progress=progress)  # fmt: skip
+        with hub_offline():
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(
+                path,
+                dtype=precision.dtype,
+                attn_implementation=attn_implementation,
+                use_safetensors=True,
+                local_files_only=True,
+            )
+    for line in lines if dtype == "auto" else ():
+        progress(line)
     model.eval()
-    row_gemv_linears(model)  # bf16 decode rows through `torch.mv` (see confkv.models.gemv); fp32 untouched
+    apply_precision(model, precision)
+    model.precision = precision.name  # what the traces and reports record
     return model, tokenizer
 
 
 def load_for_inference(name_or_path: str | os.PathLike[str], dtype: torch.dtype | str | None = "auto",
                        int8: bool = False, progress: Progress = no_progress):
-    """`load`, made ready to run: with `int8`, dynamic INT8 Linear layers (a CPU speed-up with fp32 activations, so
-    INT8 implies fp32 and the CPU; see `confkv.models.int8`), otherwise moved to the GPU when there is one. What
-    every command that runs a model (agent, eval, benchmarks) loads it with."""
+    """`load`, made ready to run: moved to the GPU when there is one. `int8` is the old spelling of
+    `dtype="int8"` (W8A8 Linear layers, fp32 activations; see `confkv.models.precision`). What every command that
+    runs a model (agent, eval, benchmarks) loads it with."""
     import torch
 
-    from confkv.models.int8 import int8_linears
-
-    model, tokenizer = load(name_or_path, dtype="fp32" if int8 else dtype, progress=progress)
-    if int8:
-        return int8_linears(model).eval(), tokenizer
+    model, tokenizer = load(name_or_path, dtype="int8" if int8 else dtype, progress=progress)
     if torch.cuda.is_available():
+        if model.precision not in ("fp32", "bf16", "fp16"):
+            raise ValueError(f"precision {model.precision} uses CPU INT8 kernels; on CUDA use bf16, fp16 or fp32")
         model = model.to("cuda")
     return model.eval(), tokenizer
 

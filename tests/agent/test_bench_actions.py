@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.bench_actions import capture_cases, judge, run_bench
-from confkv.models.int8 import int8_linears
+from confkv.models.precision import apply_precision
 
 pytestmark = pytest.mark.browser
 
@@ -34,7 +34,9 @@ def test_bench_runs_every_config_with_a_tiny_model():
 
     def loader(name, int8, dtype):
         model, _ = tiny_model("qwen2", max_position_embeddings=32768)
-        return (int8_linears(model) if int8 else model), tiny_chat_tokenizer()
+        if int8:
+            apply_precision(model, "int8")
+        return model, tiny_chat_tokenizer()
 
     report = run_bench("tiny", limit=1, loader=loader)
     assert set(report["configs"]) == {"fp32/free", "fp32/constrained", "int8/free", "int8/constrained"}

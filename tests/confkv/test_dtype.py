@@ -1,34 +1,18 @@
-"""`--dtype auto` picks bf16 only where the hardware runs it natively, and says why."""
+"""`--dtype` names, loading in a dtype, and the dtype benchmark (`auto`'s measured choice: test_precision.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from confkv.models.dtype import DtypeError, cpu_bf16_flags, dtype_name, resolve_dtype
-
-AMX = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
-AVX512_BF16 = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_bf16 avx512_fp16\n"
-AVX2 = "processor\t: 0\nflags\t\t: fpu sse avx2 fma\n"
-
-
-def test_auto_on_cpu_follows_the_native_bf16_flags():
-    assert cpu_bf16_flags(AMX) == ["amx_bf16", "avx512_bf16"] and cpu_bf16_flags(AVX2) == []
-    dtype, why = resolve_dtype("auto", "cpu", AMX)
-    assert dtype == torch.bfloat16 and "amx_bf16" in why
-    dtype, why = resolve_dtype("auto", "cpu", AVX2)
-    assert dtype == torch.float32 and "no AMX-BF16" in why
-    # AVX512-BF16 alone: bf16 steps measured 1.43x slower than fp32 there, so auto stays fp32 and says why
-    assert cpu_bf16_flags(AVX512_BF16) == ["avx512_bf16"]
-    dtype, why = resolve_dtype("auto", "cpu", AVX512_BF16)
-    assert dtype == torch.float32 and "no AMX-BF16" in why and "avx512_bf16" in why
+from confkv.models.dtype import DtypeError, dtype_name, resolve_dtype
 
 
 def test_explicit_names_aliases_and_errors():
-    assert resolve_dtype("bf16", "cpu", AVX2)[0] == torch.bfloat16  # asked for: honoured even if slow
+    assert resolve_dtype("bf16", "cpu")[0] == torch.bfloat16  # asked for: honoured even if slow
     assert resolve_dtype("float16")[0] == torch.float16 and resolve_dtype(None)[0] == torch.float32
     assert dtype_name(torch.bfloat16) == "bf16" and dtype_name(torch.float32) == "fp32"
-    with pytest.raises(DtypeError, match="expected one of auto, bf16, fp16, fp32"):
+    with pytest.raises(DtypeError, match="expected one of auto, fp32, fp32-float-w8a8"):
         resolve_dtype("int4")
 
 

@@ -1,0 +1,117 @@
+"""`bench decisions | precision`: what a precision (or KV policy) changes in the agent's decisions, and what the
+machine's precisions cost.
+
+`bench decisions` replays recorded episodes of a trace DB (`agent.decisions`) and compares each configuration's
+greedy action with the reference's (the first `--dtypes` entry and the first `--policies` entry) state by state.
+`bench precision` prints what `--dtype auto` measured and would choose for a model on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+
+from agent.cli_bench import _label, _save, bench
+from agent.cli_options import checked_dtype
+
+
+def _split(text: str) -> list[str]:
+    return list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+
+
+@bench.command("decisions")
+def decisions(
+    db: Path = typer.Option(..., "--db", exists=True, dir_okay=False, help="trace DB with recorded episodes"),
+    run: int = typer.Option(..., "--run", min=1, help="the run whose episodes are replayed"),
+    model: str = typer.Option("qwen2.5-coder-1.5b", "--model", help="registry name or HF directory"),
+    dtypes: str = typer.Option("fp32", "--dtypes", help="precisions, comma-separated; the first is the reference"),
+    policies: str = typer.Option("full", "--policies", help="KV policies, comma-separated; the first is the "
+                                 "reference"),  # fmt: skip
+    states_per_site: int = typer.Option(35, "--states-per-site", min=1, help="cheapest episodes per site until "
+                                        "this many states"),  # fmt: skip
+    only: str = typer.Option("", "--only", help="replay only these precisions now (the rest are read from "
+                             "--out): one process per precision"),  # fmt: skip
+    out: str = typer.Option("runs/decisions", "--out", help="directory of the per-configuration JSONL files"),
+    report: str = typer.Option("", "--report", help="also write the agreement report JSON here"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Replay the agent's recorded states under each precision x KV policy; greedy-action agreement per site."""
+    from agent.decisions import agreement, done_episodes, results_path, run_replays, select_episodes
+    from agent.model_policy import ModelAgent
+    from confkv.models import load_for_inference
+    from confkv.policies import get_policy
+    from envs import TASKS_DIR
+    from envs.taskspec import load_tasks
+
+    precisions = [checked_dtype(d, announce=d == "auto", model=model) for d in _split(dtypes)]
+    kv = _split(policies)
+    for name in kv:
+        get_policy(name)  # an unknown name fails before any model is loaded
+    intents = {str(t.task_id): t.intent for t in load_tasks(TASKS_DIR)}
+    episodes = select_episodes(db, run, states_per_site, intents)
+    if not episodes:
+        raise typer.BadParameter(f"run {run} of {db} has no finished episodes of the suite's tasks")
+    typer.echo(f"{len(episodes)} episodes, {sum(len(e.steps) for e in episodes)} states", err=True)
+    todo = set(_split(only)) if only else set(precisions)
+    for precision in precisions:
+        if precision not in todo:
+            continue
+        loaded: list = []
+        for policy in kv:
+
+            def make(policy=policy, precision=precision, loaded=loaded):  # loaded once per precision, if needed
+                if not loaded:
+                    loaded.extend(load_for_inference(model, precision))
+                return ModelAgent(loaded[0], loaded[1], policy, model_name=model)
+
+            run_replays(episodes, make, results_path(out, model, precision, policy),
+                        lambda m: typer.echo(m, err=True))  # fmt: skip
+    ref = done_episodes(results_path(out, model, precisions[0], kv[0]))
+    rows = []
+    for precision in precisions:
+        for policy in kv:
+            mine = done_episodes(results_path(out, model, precision, policy))
+            row = {"precision": precision, "policy": policy, "episodes": len(mine),
+                   "vs_reference": agreement(ref, mine), "vs_recorded": agreement(mine, mine, key="recorded"),
+                   "seconds": sum(r["seconds"] for r in mine.values())}  # fmt: skip
+            rows.append(row)
+    result = {"model": model, "db": str(db), "run": run, "reference": f"{precisions[0]}/{kv[0]}",
+              "episodes": [e.episode_id for e in episodes], "date": time.strftime("%Y-%m-%d"), "rows": rows}
+    if report:
+        _save(result, str(Path(report).parent), Path(report).name)
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    typer.echo(f"{'precision':<20} {'policy':<14} {'states':>6} {'= reference':>11} {'= recorded':>10}  per site")
+    for r in rows:
+        ref_row = r["vs_reference"]
+        sites = ", ".join(f"{s} {v['agreement']:.0%} of {v['states']}" for s, v in ref_row["per_site"].items())
+        a = "-" if ref_row["agreement"] is None else f"{ref_row['agreement']:.1%}"
+        b = r["vs_recorded"]["agreement"]
+        typer.echo(f"{r['precision']:<20} {r['policy']:<14} {ref_row['states']:>6} {a:>11} "
+                   f"{'-' if b is None else f'{b:.1%}':>10}  {sites}")  # fmt: skip
+
+
+@bench.command("precision")
+def precision(
+    model: str = typer.Option("qwen2.5-coder-1.5b", "--model", help="registry name or HF directory"),
+    out: str = typer.Option("results", "--out", help="directory for the JSON"),
+) -> None:
+    """What `--dtype auto` measured on this machine for `model`'s shapes, and what it picks."""
+    from confkv.models.load import _config, resolve
+    from confkv.models.precision_choice import Shapes, cache_path
+
+    name = checked_dtype("auto", model=model)
+    try:
+        data = json.loads(cache_path(Shapes.from_config(_config(resolve(model)))).read_text())
+    except OSError:  # a CUDA device: nothing is timed there
+        data = {}
+    path = _save({**data, "model": model, "chosen": name}, out, f"precision_{_label(model)}.json")
+    typer.echo(f"chosen: {name}\nresults: {path}")
+
+
+def register(app: typer.Typer) -> None:
+    """The commands are on `bench` (registered by `agent.cli_bench`); importing this module adds them."""

@@ -1,0 +1,188 @@
+"""Precisions: the activation dtype, and how each Linear holds its weights for prefill rows and for decode rows.
+
+Why per phase: a prefill chunk is a matrix product (compute-bound: it wants the CPU's matrix units, AMX-BF16 or
+VNNI INT8), a decode step multiplies one row by every weight (memory-bound: it wants the fewest weight bytes). On
+the 2-core AMX Xeon, one thread, the 1.5B's MLP shape ran a 512-row chunk at 145 GFLOP/s in fp32, 651 in bf16 and
+309 as W8A8 (the INT8 product itself 930, its int32 epilogue eats the rest), while one decode row took 2.5 ms in
+fp32, 1.9 in bf16 (`torch.mv`) and 0.8 with INT8 weights. So the fastest agent step there is bf16 for prefill and
+INT8 weights for decode; on another machine it can be something else, which is why `auto` measures
+(`confkv.models.precision_choice`) instead of reading CPU flags.
+
+INT8 here is per-output-channel symmetric weights (one scale per row of W) and, in W8A8, per-token symmetric dynamic
+activation scales (one per row of x): a few outlier channels no longer set one scale for the whole tensor, the
+failure mode of per-tensor dynamic quantization on Qwen-family models. The LM head and the embeddings are never
+quantized (the confidence signal is computed from the logits); confidence and softmax math stay fp32 regardless.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+ACT_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+PREFILL_FORMATS = ("float", "w8a8")
+DECODE_FORMATS = ("float", "int8wo", "w8a8")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """One way to run a model: `act` is the dtype of activations and of the KV cache; `prefill` and `decode` say
+    how Linear weights are applied to several rows (`float`: in `act`; `w8a8`: INT8 x INT8) and to one row
+    (`float`; `int8wo`: INT8 weights, `act` activations; `w8a8`: INT8 x INT8 through fbgemm)."""
+
+    name: str
+    act: str
+    prefill: str = "float"
+    decode: str = "float"
+
+    def __post_init__(self) -> None:
+        if self.act not in ACT_DTYPES or self.prefill not in PREFILL_FORMATS or self.decode not in DECODE_FORMATS:
+            raise ValueError(f"bad precision {self}")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return ACT_DTYPES[self.act]
+
+    @property
+    def is_float(self) -> bool:
+        return self.prefill == "float" and self.decode == "float"
+
+    @property
+    def holds_float(self) -> bool:
+        return "float" in (self.prefill, self.decode)
+
+    @property
+    def holds_int8(self) -> bool:
+        return self.prefill == "w8a8" or self.decode == "int8wo"
+
+    def weight_bytes_per_param(self) -> float:
+        """Bytes each quantizable weight costs resident (both copies when the phases want different forms)."""
+        out = ACT_DTYPES[self.act].itemsize if self.holds_float else 0.0
+        out += 1.0 if self.holds_int8 else 0.0
+        out += 1.0 if self.decode == "w8a8" else 0.0  # fbgemm keeps its own packed copy
+        return out
+
+
+def _registry() -> dict[str, Precision]:
+    """Every valid combination, named `act` when both phases are float, else `act-prefill-decode`
+    (`bf16-float-int8wo`: bf16 prefill, INT8-weight decode). `int8` is kept as the name of `fp32-w8a8-w8a8`
+    (what `--int8` means)."""
+    out = {}
+    for act in ACT_DTYPES:
+        for prefill in PREFILL_FORMATS:
+            for decode in DECODE_FORMATS:
+                if act == "fp16" and (prefill, decode) != ("float", "float"):
+                    continue  # fp16 is for CUDA; INT8 forms are CPU kernels
+                if act == "fp32" and decode == "int8wo":
+                    continue  # the INT8-weight kernel is fast with bf16 rows only (10 ms vs 0.8 for one MLP row)
+                name = act if prefill == decode == "float" else f"{act}-{prefill}-{decode}"
+                out[name] = Precision(name, act, prefill, decode)
+    out["int8"] = out["fp32-w8a8-w8a8"]
+    return out
+
+
+PRECISIONS: dict[str, Precision] = _registry()
+
+
+def get_precision(name: str) -> Precision:
+    try:
+        return PRECISIONS[name]
+    except KeyError:
+        raise ValueError(f"unknown precision {name!r}; expected one of {', '.join(PRECISIONS)}") from None
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric INT8 per row of a 2-D tensor: (int8 values, fp32 scales [rows, 1]); x ~= q * scale."""
+    xf = x.float()
+    scale = xf.abs().amax(dim=1, keepdim=True).clamp_min(1e-8) / 127.0
+    return torch.round(xf / scale).clamp_(-127, 127).to(torch.int8), scale
+
+
+class Int8Linear(torch.nn.Module):
+    """A Linear with per-channel INT8 weights (and, where a phase wants it, its float weight too).
+
+    Rows are told apart by count: one row is a decode step (`decode` form), several a prefill chunk (`prefill`
+    form). The float weight and bias are the original parameters, so nothing else in the model changes."""
+
+    def __init__(self, linear: torch.nn.Linear, precision: Precision) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.prefill, self.decode = precision.prefill, precision.decode
+        self.act = precision.dtype
+        w = linear.weight.detach()
+        self.weight = linear.weight if precision.holds_float else None
+        self.bias = linear.bias
+        q, scale = quantize_rows(w)
+        scale = scale[:, 0]
+        if precision.holds_int8:
+            self.register_buffer("qweight", q, persistent=False)  # [out, in] int8
+            self.register_buffer("scale", scale, persistent=False)  # [out] fp32
+            self.register_buffer("scale_act", scale.to(self.act), persistent=False)
+        self._packed = None
+        if self.decode == "w8a8":  # fbgemm's dynamic linear: per-channel weights; one row = a per-token scale
+            qw = torch.quantize_per_channel(w.float(), scale.double(), torch.zeros_like(scale, dtype=torch.long), 0,
+                                            torch.qint8)  # fmt: skip
+            self._packed = torch.ops.quantized.linear_prepack(qw, None)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}, prefill={self.prefill}, decode={self.decode}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        rows = x.reshape(-1, self.in_features)
+        y = self._decode(rows) if rows.shape[0] == 1 else self._prefill(rows)
+        return y.reshape(*shape[:-1], self.out_features)
+
+    def _float(self, rows: torch.Tensor) -> torch.Tensor:
+        if rows.shape[0] == 1 and rows.dtype == torch.bfloat16:  # torch.mv streams bf16 weights faster (gemv.py)
+            y = torch.mv(self.weight, rows[0])
+            return (y if self.bias is None else y + self.bias)[None]
+        return F.linear(rows, self.weight, self.bias)
+
+    def _prefill(self, rows: torch.Tensor) -> torch.Tensor:
+        if self.prefill == "float":
+            return self._float(rows)
+        q, sx = quantize_rows(rows)
+        y = torch._int_mm(q, self.qweight.t()).float()
+        y.mul_(sx).mul_(self.scale)
+        y = y.to(rows.dtype)
+        return y if self.bias is None else y + self.bias
+
+    def _decode(self, rows: torch.Tensor) -> torch.Tensor:
+        if self.decode == "float":
+            return self._float(rows)
+        if self.decode == "int8wo":
+            y = torch.ops.aten._weight_int8pack_mm(rows, self.qweight, self.scale_act)
+        else:
+            y = torch.ops.quantized.linear_dynamic(rows.float(), self._packed, True).to(rows.dtype)
+        return y if self.bias is None else y + self.bias
+
+
+def quantizable_linears(model: Any, keep_float: set[str] = frozenset()) -> list[tuple[Any, str, str]]:
+    """(parent module, attribute, qualified name) of every plain Linear but the LM head and those in
+    `keep_float`."""
+    head = model.get_output_embeddings()
+    out = []
+    for parent_name, parent in model.named_modules():
+        for name, child in parent.named_children():
+            full = f"{parent_name}.{name}" if parent_name else name
+            if type(child) is torch.nn.Linear and child is not head and full not in keep_float:
+                out.append((parent, name, full))
+    return out
+
+
+def apply_precision(model: Any, precision: Precision | str, keep_float: set[str] = frozenset()) -> int:
+    """Swap the model's Linear layers for `precision`'s form (the model is already in `precision.dtype`); returns
+    how many were swapped. A float precision swaps bf16 Linears for `RowGemvLinear` (decode rows via torch.mv)."""
+    from confkv.models.gemv import row_gemv_linears
+
+    precision = get_precision(precision) if isinstance(precision, str) else precision
+    if precision.is_float:
+        return row_gemv_linears(model)
+    swaps = quantizable_linears(model, keep_float)
+    for parent, name, _ in swaps:
+        setattr(parent, name, Int8Linear(getattr(parent, name), precision))
+    return len(swaps)

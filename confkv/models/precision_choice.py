@@ -1,0 +1,229 @@
+"""`--dtype auto`: the precision this machine runs an agent step fastest in, found by timing, never by CPU flags.
+
+Why measure: three CPU kinds have run this project and each one proved a flag rule wrong (an EPYC with AVX512-BF16
+multiplied bf16 matrices 3x faster than fp32 yet decoded 1.9x slower). So on first use, for one decoder layer of the
+model's own shapes (q, k, v, o, gate, up, down), every weight form is timed on a prefill chunk (`CHUNK` rows) and on
+one decode row, in the thread count the process will run with; the result is cached per CPU model, torch version,
+thread count and shapes under `$CONFKV_HOME/precision/`. Attention, norms and the LM head are not timed (they are the
+same work in every weight form; their dtype cost is the one thing this leaves out).
+
+The choice: among the precisions this model is allowed (`allowed`: the float ones always; an INT8 one only where a
+decision-agreement record says it keeps >= 97% of fp32's greedy actions, `ACCEPTANCE`), the one whose agent step is
+fastest, a step being `STEP_PREFILL` prefilled tokens plus `STEP_DECODE` decoded tokens (run 3's median turn), and
+whose weights fit in memory. Tests inject timings (`choose`); `measure` is the only part that touches the clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from confkv.models.precision import ACT_DTYPES, PRECISIONS, Int8Linear, Precision
+
+CHUNK = 512  # rows of a prefill chunk (KVPolicy.prefill_chunk's default)
+STEP_PREFILL, STEP_DECODE = 1600, 16  # an agent turn of run 3: ~8.2K prefilled tokens in 5 steps; short replies
+MIN_AGREEMENT = 0.97
+ACCEPTANCE = Path(__file__).with_name("precision_acceptance.json")
+MEMORY_HEADROOM = 0.6  # weights may take at most this share of available memory (KV, activations, browser: the rest)
+
+Timings = dict[str, float]  # "bf16/prefill/float" -> ms for one layer's Linears
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """One decoder layer's Linear shapes (in, out) and the count of such layers."""
+
+    linears: tuple[tuple[int, int], ...]
+    layers: int
+
+    @classmethod
+    def from_config(cls, config: Any) -> Shapes:
+        h = config.hidden_size
+        heads = config.num_attention_heads
+        kv = getattr(config, "num_key_value_heads", None) or heads
+        dim = getattr(config, "head_dim", None) or h // heads
+        inter = config.intermediate_size
+        return cls(((h, heads * dim), (h, kv * dim), (h, kv * dim), (heads * dim, h), (h, inter), (h, inter),
+                    (inter, h)), config.num_hidden_layers)  # fmt: skip
+
+    @property
+    def params(self) -> int:
+        return self.layers * sum(i * o for i, o in self.linears)
+
+    def key(self) -> str:
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:12]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _forms(phase: str) -> Iterable[tuple[str, str]]:
+    """(act, form) pairs some registered precision uses in `phase`."""
+    seen = []
+    for p in PRECISIONS.values():
+        pair = (p.act, getattr(p, phase))
+        if pair not in seen and p.act != "fp16":  # fp16 is for CUDA; its CPU matmuls are emulated
+            seen.append(pair)
+    return seen
+
+
+def _layer(shapes: Shapes, act: str, phase: str, form: str) -> list[Int8Linear]:
+    prec = Precision("probe", act, form if phase == "prefill" else "float", form if phase == "decode" else "float")
+    out = []
+    for i, o in shapes.linears:
+        lin = torch.nn.Linear(i, o, bias=False)
+        torch.nn.init.normal_(lin.weight, std=0.02)
+        lin = lin.to(ACT_DTYPES[act])
+        out.append(Int8Linear(lin, prec))
+    return out
+
+
+def measure(shapes: Shapes, reps: int = 5, progress: Callable[[str], None] = lambda _: None) -> Timings:
+    """ms per decoder layer's Linears, per act/phase/form: the minimum of `reps`, forms interleaved so that load on
+    the machine hits them alike."""
+    layers, inputs = {}, {}
+    for phase, rows in (("prefill", CHUNK), ("decode", 1)):
+        for act, form in _forms(phase):
+            key = f"{act}/{phase}/{form}"
+            layers[key] = _layer(shapes, act, phase, form)
+            inputs[key] = [torch.randn(rows, i).to(ACT_DTYPES[act]) for i, _ in shapes.linears]
+    best = dict.fromkeys(layers, float("inf"))
+    progress(f"timing {len(layers)} weight forms on one layer's shapes ({torch.get_num_threads()} threads)")
+    with torch.no_grad():
+        for rep in range(reps + 1):
+            for key, mods in layers.items():
+                t0 = time.perf_counter()
+                for mod, x in zip(mods, inputs[key], strict=True):
+                    mod(x)
+                if rep:  # the first pass warms up (oneDNN / fbgemm pick and cache their kernels)
+                    best[key] = min(best[key], (time.perf_counter() - t0) * 1000)
+    return best
+
+
+def cache_path(shapes: Shapes) -> Path:
+    from confkv.models.load import confkv_home
+
+    ident = f"{cpu_model()}|torch {torch.__version__}|threads {torch.get_num_threads()}|{shapes.key()}"
+    return confkv_home() / "precision" / f"{hashlib.sha256(ident.encode()).hexdigest()[:16]}.json"
+
+
+def cached_timings(shapes: Shapes, progress: Callable[[str], None] = lambda _: None) -> tuple[Timings, str]:
+    """Timings from the cache, or measured now and cached; with where they came from."""
+    path = cache_path(shapes)
+    try:
+        data = json.loads(path.read_text())
+        return data["timings"], f"measured {data['date']} on {data['cpu']} (cached: {path})"
+    except (OSError, ValueError, KeyError):
+        pass
+    timings = measure(shapes, progress=progress)
+    data = {"cpu": cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "shapes": [list(s) for s in shapes.linears], "date": time.strftime("%Y-%m-%d"), "timings": timings}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+    return timings, f"measured now on {cpu_model()} (cached: {path})"
+
+
+def acceptance(model_name: str | None, path: Path = ACCEPTANCE) -> dict[str, float]:
+    """precision -> agreement with fp32's greedy actions on the agent's recorded states, for `model_name`."""
+    try:
+        records = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {p: float(r["agreement"]) for p, r in records.get(model_name or "", {}).get("precisions", {}).items()}
+
+
+def allowed(model_name: str | None, path: Path = ACCEPTANCE) -> dict[str, str]:
+    """precision -> why it may (or may not: the reason starts with 'not') be chosen for this model."""
+    agree = acceptance(model_name, path)
+    out = {}
+    for name, p in PRECISIONS.items():
+        if name != p.name:
+            continue
+        if name in agree:
+            ok = agree[name] >= MIN_AGREEMENT
+            out[name] = f"{'' if ok else 'not: '}agreement {agree[name]:.1%} with fp32's greedy actions"
+        elif p.is_float:
+            out[name] = "a float precision"
+        else:
+            out[name] = "not: no decision-agreement record for this model"
+    return out
+
+
+def step_ms(p: Precision, timings: Timings, layers: int) -> float | None:
+    """Estimated Linear time of one agent step in `p` (None if a form was not timed)."""
+    pre, dec = timings.get(f"{p.act}/prefill/{p.prefill}"), timings.get(f"{p.act}/decode/{p.decode}")
+    if pre is None or dec is None:
+        return None
+    return layers * (pre * STEP_PREFILL / CHUNK + dec * STEP_DECODE)
+
+
+@dataclass
+class Choice:
+    precision: Precision
+    lines: list[str]  # what was measured and why this one
+
+
+def choose(timings: Timings, shapes: Shapes, reasons: dict[str, str], source: str,
+           available_bytes: int | None = None) -> Choice:  # fmt: skip
+    """The fastest allowed precision whose weights fit; the lines say what each candidate would cost."""
+    rows = []
+    for name, p in PRECISIONS.items():
+        ms = step_ms(p, timings, shapes.layers)
+        if ms is None or name != p.name:  # an alias (`int8`) is listed under its own name
+            continue
+        weights = int(p.weight_bytes_per_param() * shapes.params)
+        why = reasons.get(name, "not: unknown")
+        if available_bytes is not None and weights > MEMORY_HEADROOM * available_bytes:
+            why = f"not: its weights ({weights / 2**30:.1f} GiB) exceed {MEMORY_HEADROOM:.0%} of available memory"
+        rows.append((ms, name, p, weights, why))
+    ok = [r for r in rows if not r[4].startswith("not")]
+    if not ok:
+        raise RuntimeError("no precision is allowed here")
+    best = min(ok)
+    fp32 = next((r[0] for r in rows if r[1] == "fp32"), best[0])
+    lines = [f"precision auto: {source}; Linear ms per agent step ({STEP_PREFILL} prefilled + {STEP_DECODE} "
+             f"decoded tokens, {shapes.layers} layers):"]  # fmt: skip
+    for ms, name, _, weights, why in sorted(rows):
+        mark = "->" if name == best[1] else "  "
+        lines.append(f"  {mark} {name:<10} {ms:8.0f} ms ({fp32 / ms:4.2f}x fp32)  weights {weights / 2**30:4.1f} GiB"
+                     f"  {why}")  # fmt: skip
+    lines.append(f"  per phase, ms per layer: prefill ({CHUNK} rows) " +
+                 ", ".join(f"{k}={v:.1f}" for k, v in sorted(timings.items()) if "/prefill/" in k) +
+                 "; decode (1 row) " + ", ".join(f"{k}={v:.2f}" for k, v in sorted(timings.items())
+                                                 if "/decode/" in k))  # fmt: skip
+    return Choice(best[2], lines)
+
+
+def available_memory() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def auto_precision(config: Any, model_name: str | None, progress: Callable[[str], None] = lambda _: None) -> Choice:
+    """`--dtype auto` on a CPU: measure (or read the cache), then choose."""
+    shapes = Shapes.from_config(config)
+    timings, source = cached_timings(shapes, progress)
+    return choose(timings, shapes, allowed(model_name), source, available_memory())

@@ -1,0 +1,110 @@
+"""Decision replay: a decision decoded on a fork leaves the live cache alone, and replaying an episode the agent
+itself recorded gives back its own actions state by state (so disagreement measures the configuration, not the
+replay)."""
+
+from __future__ import annotations
+
+from agent.decisions import RecordedEpisode, RecordedStep, agreement, replay_episode, run_replays, select_episodes
+from agent.model_policy import ModelAgent
+from agent.observation import Observation
+from confkv.testing import tiny_model
+from tests.agent.tiny_chat import tiny_chat_tokenizer
+
+PAGES = [
+    {3: ("searchbox", "Find"), 9: ("link", "Cart"), 11: ("link", "Mugs")},
+    {4: ("link", "Ironleaf Mug"), 5: ("link", "Velvet Fern"), 6: ("button", "Next")},
+    {7: ("StaticText", "Price $9.95"), 8: ("button", "Add to cart")},
+]
+
+
+def _page(nodes: dict, k: int) -> Observation:
+    text = "\n".join(f"[{i}] {r} '{n}'" for i, (r, n) in nodes.items())
+    return Observation(text=text, url=f"http://127.0.0.1:9/p{k}", title=f"p{k}", tabs=[f"p{k}"], active_tab=0,
+                       ids={i: i for i in nodes}, nodes=nodes)  # fmt: skip
+
+
+def _agent(seed: int = 0, policy: str = "full") -> ModelAgent:
+    model, _ = tiny_model("qwen2", seed=seed, max_position_embeddings=8192)
+    return ModelAgent(model, tiny_chat_tokenizer(), policy, max_action_tokens=16, model_name="tiny")
+
+
+def _record(agent: ModelAgent, intent: str, episode_id: int) -> RecordedEpisode:
+    """A free-running episode of `agent` over the fixed pages, stored as the trace DB stores it."""
+    agent.begin(intent)
+    steps, last = [], None
+    for k, nodes in enumerate(PAGES):
+        page = _page(nodes, k)
+        action, _ = agent.act(page, last)
+        last = f"OK: {action}"
+        steps.append(RecordedStep(page.render(), action, last))
+    agent.close()
+    return RecordedEpisode(episode_id, "7", intent, tuple(steps))
+
+
+def test_a_decision_on_a_fork_is_the_one_act_takes_and_leaves_the_cache_alone():
+    agent, twin = _agent(), _agent()
+    page = _page(PAGES[0], 0)
+    agent.begin("open the cart")
+    agent.session.append(agent.open_turn(page, None))
+    seen, steps = agent.session.seen, len(agent.session.stats.steps)
+    action, text = agent.decide(page, None)
+    assert agent.session.seen == seen and len(agent.session.stats.steps) == steps  # nothing entered the cache
+    again, _ = agent.decide(page, None)
+    twin.begin("open the cart")
+    acted, info = twin.act(page, None)
+    assert action == again == acted and text == info.raw_output
+
+
+def test_replaying_an_episode_gives_back_the_recorded_actions_and_agreement_counts_states():
+    episodes = [_record(_agent(), intent, i) for i, intent in enumerate(["open the cart", "buy a mug"], start=1)]
+    rows = {}
+    for ep in episodes:
+        steps = replay_episode(_agent(), ep)
+        assert [s["decision"] for s in steps] == [s.action for s in ep.steps]  # faithful: same cache, same turns
+        assert steps[-1]["peak_kv_bytes"] >= steps[-1]["kv_bytes"] > 0
+        rows[ep.episode_id] = {"site": ep.site, "steps": steps}
+    assert agreement(rows, rows)["agreement"] == 1.0
+    mine = agreement(rows, rows, key="recorded")
+    assert mine["states"] == 6 and mine["agreement"] == 1.0 and mine["per_site"]["shopping"]["states"] == 6
+    other = {ep: {**r, "steps": [{**s, "decision": "scroll [down]"} for s in r["steps"]]} for ep, r in rows.items()}
+    differs = agreement(rows, other)
+    assert differs["agreement"] == sum(s["decision"] == "scroll [down]" for r in rows.values()
+                                       for s in r["steps"]) / 6  # fmt: skip
+    assert len(differs["differ"]) == 6 - round(differs["agreement"] * 6)
+
+
+def test_replays_are_resumable_one_line_per_episode(tmp_path):
+    ep = _record(_agent(), "open the cart", 5)
+    path = tmp_path / "d.jsonl"
+    made = []
+
+    def make():
+        made.append(1)
+        return _agent()
+
+    first = run_replays([ep], make, path)
+    with path.open("a") as fh:
+        fh.write('{"episode_id": 9, "tor')  # a killed run's torn last line
+    again = run_replays([ep], make, path)
+    assert len(made) == 1 and first[5]["steps"] == again[5]["steps"] and set(again) == {5}
+
+
+def test_episodes_are_selected_per_site_from_a_trace_db(tmp_path):
+    from traces.records import StepRecord
+    from traces.store import TraceStore
+
+    db = tmp_path / "t.sqlite"
+    with TraceStore(db) as store:
+        run = store.start_run("m", "full", {})
+        for task, steps in (("3", 2), ("4", 3), ("105", 2), ("203", 1)):
+            ep = store.start_episode(run, task, "full")
+            for k in range(steps):
+                store.add_step(ep, StepRecord(step=k, observation="Tabs: [0] 'p'\nURL: http://x/\n[1] link 'a'",
+                                              total_tokens=100 * (k + 1) * int(task), action="click [1]"))  # fmt: skip
+            store.finish_episode(ep, success=False)
+    intents = {"3": "a", "4": "b", "105": "c", "203": "d"}
+    chosen = select_episodes(db, run, states_per_site=2, intents=intents, episodes_per_site=1)
+    assert [(e.task_id, len(e.steps)) for e in chosen] == [("3", 2), ("105", 2), ("203", 1)]
+    assert select_episodes(db, run, 4, intents, episodes_per_site=1)[1].task_id == "4"
+    obs = chosen[0].steps[0].observation
+    assert obs.endswith("[1] link 'a'")

@@ -1,0 +1,162 @@
+"""Precisions: INT8 forms stay close to the float Linear per row, the model keeps its LM head, and `auto` picks the
+fastest allowed precision from timings (injected here; `measure` is the only part that reads the clock)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from confkv.models.dtype import DtypeError, resolve_precision
+from confkv.models.precision import PRECISIONS, Int8Linear, apply_precision, get_precision
+from confkv.models.precision_choice import Shapes, acceptance, allowed, cached_timings, choose
+
+INT8_FORMS = [p for name, p in PRECISIONS.items() if not p.is_float and name == p.name]
+
+
+def _linear(seed: int = 0, bias: bool = True) -> torch.nn.Linear:
+    torch.manual_seed(seed)
+    lin = torch.nn.Linear(96, 80, bias=bias)
+    with torch.no_grad():
+        lin.weight[7] *= 40.0  # one output channel with outlier weights: a per-tensor scale would crush the rest
+    return lin
+
+
+@pytest.mark.parametrize("precision", INT8_FORMS, ids=lambda p: p.name)
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_int8_forms_stay_close_to_the_float_linear_on_every_channel(precision, phase):
+    lin = _linear().to(precision.dtype)
+    x = torch.randn(24, 96).to(precision.dtype)
+    x[:, 5] *= 8.0  # and an outlier activation channel (per-token scales: it costs every channel a little)
+    ref = lin(x).float()
+    mod = Int8Linear(lin, precision)
+    # prefill: one call on 24 rows; decode: 24 calls of one row each (each its own decode-form product)
+    out = mod(x[None])[0] if phase == "prefill" else torch.cat([mod(x[i : i + 1]) for i in range(24)])
+    assert out.dtype == precision.dtype and out.shape == ref.shape
+    # per output channel over the rows: the outlier row must not cost the other rows their precision
+    err = (out.detach().float() - ref).norm(dim=0) / ref.norm(dim=0)
+    assert float(err.max()) < 0.06, (precision.name, phase, err.max())
+
+
+def test_per_channel_weights_beat_one_scale_for_the_whole_tensor():
+    lin = _linear(bias=False)
+    x = torch.randn(16, 96)
+    w = lin.weight.detach()
+    per_tensor = torch.round(w / (w.abs().max() / 127)) * (w.abs().max() / 127)
+    ref = lin(x)
+    ours = Int8Linear(lin, get_precision("fp32-w8a8-float"))(x)
+    assert (ours - ref).norm() < 0.5 * (x @ per_tensor.t() - ref).norm()
+
+
+def test_phases_pick_their_own_form():
+    lin = _linear()
+    mod = Int8Linear(lin, get_precision("fp32-float-w8a8"))
+    many, one = torch.randn(5, 96), torch.randn(1, 96)
+    assert torch.equal(mod(many), lin(many))  # prefill rows: the float weight, exactly
+    assert not torch.equal(mod(one), lin(one)) and torch.allclose(mod(one), lin(one), rtol=0.05, atol=0.05)
+    both = Int8Linear(lin, get_precision("fp32-w8a8-float"))
+    assert torch.equal(both(one), lin(one)) and not torch.equal(both(many), lin(many))
+
+
+def test_apply_precision_swaps_every_linear_but_the_lm_head_and_keeps_logits_close():
+    from confkv.session import ConfKVSession
+    from confkv.testing import tiny_model
+
+    ref, _ = tiny_model("qwen2")
+    ids = list(range(3, 40))
+    with torch.no_grad():
+        want = ref(torch.tensor([ids])).logits[0, -1]
+    for name in ("int8", "bf16-w8a8-int8wo", "bf16-float-int8wo"):
+        p = get_precision(name)
+        model, _ = tiny_model("qwen2")
+        model = model.to(p.dtype)
+        swapped = apply_precision(model, p)
+        linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+        assert linears == [model.get_output_embeddings()] and swapped == 2 * 7  # 2 layers x q k v o gate up down
+        with torch.no_grad():
+            got = model(torch.tensor([ids])).logits[0, -1].float()
+        assert torch.nn.functional.cosine_similarity(got, want, dim=0) > 0.99, name
+        session = ConfKVSession(model, "full")  # a prefill chunk and decode rows through the same layers
+        with torch.no_grad():
+            session.append(ids)
+            assert len(session.decode(4)) == 4
+
+
+SHAPES = Shapes(((64, 64), (64, 16), (64, 16), (64, 64), (64, 256), (64, 256), (256, 64)), layers=2)
+TIMINGS = {  # ms per layer, as `measure` writes them
+    "fp32/prefill/float": 400.0, "fp32/prefill/w8a8": 100.0, "fp32/decode/float": 23.0, "fp32/decode/w8a8": 7.0,
+    "bf16/prefill/float": 80.0, "bf16/prefill/w8a8": 120.0, "bf16/decode/float": 26.0, "bf16/decode/int8wo": 15.0,
+    "bf16/decode/w8a8": 7.5,
+}  # fmt: skip
+
+
+def test_auto_chooses_the_fastest_allowed_precision_and_says_why():
+    floats_only = allowed(None)
+    choice = choose(TIMINGS, SHAPES, floats_only, "injected")
+    assert choice.precision.name == "bf16"  # no INT8 form without a decision-agreement record
+    assert "no decision-agreement record" in "\n".join(choice.lines) and "injected" in choice.lines[0]
+    every = {name: "ok" for name in PRECISIONS}
+    assert choose(TIMINGS, SHAPES, every, "injected").precision.name == "bf16-float-w8a8"  # per phase: bf16 + w8a8
+    slow_bf16 = {**TIMINGS, "bf16/prefill/float": 900.0, "bf16/prefill/w8a8": 900.0}
+    assert choose(slow_bf16, SHAPES, every, "x").precision.name == "fp32-w8a8-w8a8"  # another machine, another pick
+    lines = "\n".join(choose(TIMINGS, SHAPES, every, "x").lines)
+    assert "-> bf16-float-w8a8" in lines and "fp32/prefill/float=400.0" in lines
+
+
+def test_weights_that_do_not_fit_are_not_chosen():
+    every = {name: "ok" for name in PRECISIONS}
+    bytes_two_copies = get_precision("bf16-float-w8a8").weight_bytes_per_param() * SHAPES.params
+    choice = choose(TIMINGS, SHAPES, every, "x", available_bytes=int(bytes_two_copies))  # 60% of it is too little
+    assert choice.precision.name != "bf16-float-w8a8" and "exceed" in "\n".join(choice.lines)
+
+
+def test_acceptance_records_gate_the_int8_forms(tmp_path):
+    path = tmp_path / "acceptance.json"
+    path.write_text(json.dumps({"m": {"precisions": {"bf16-float-w8a8": {"agreement": 0.99},
+                                                     "int8": {"agreement": 0.9}}}}))  # fmt: skip
+    assert acceptance("m", path) == {"bf16-float-w8a8": 0.99, "int8": 0.9}
+    reasons = allowed("m", path)
+    assert not reasons["bf16-float-w8a8"].startswith("not") and reasons["fp32-w8a8-w8a8"].startswith("not")
+    assert reasons["fp32"] == "a float precision" and allowed("other", path)["bf16-float-w8a8"].startswith("not")
+    assert choose(TIMINGS, SHAPES, reasons, "x").precision.name == "bf16-float-w8a8"
+
+
+def test_timings_are_measured_once_per_machine_and_cached(tmp_path, monkeypatch):
+    import confkv.models.precision_choice as pc
+
+    monkeypatch.setenv("CONFKV_HOME", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(pc, "measure", lambda shapes, **kw: calls.append(shapes) or dict(TIMINGS))
+    first, how = cached_timings(SHAPES)
+    again, how_again = cached_timings(SHAPES)
+    assert first == again == TIMINGS and len(calls) == 1
+    assert "measured now" in how and "cached" in how_again and str(tmp_path) in how_again
+
+
+def test_measure_times_every_form_a_precision_uses():
+    from confkv.models.precision_choice import measure
+
+    timings = measure(Shapes(((32, 32), (32, 64), (64, 32)), layers=1), reps=1)
+    wanted = {f"{p.act}/prefill/{p.prefill}" for p in PRECISIONS.values() if p.act != "fp16"}
+    wanted |= {f"{p.act}/decode/{p.decode}" for p in PRECISIONS.values() if p.act != "fp16"}
+    assert set(timings) == wanted and all(t > 0 for t in timings.values())
+
+
+def test_resolve_precision_names_and_auto():
+    from confkv.testing import tiny_config
+
+    assert resolve_precision("bf16")[0].dtype == torch.bfloat16 and resolve_precision(None)[0].name == "fp32"
+    assert resolve_precision("int8")[0].name == "fp32-w8a8-w8a8"
+    with pytest.raises(DtypeError, match="expected one of auto, fp32"):
+        resolve_precision("int4")
+    assert resolve_precision("auto", "cpu")[0].name == "fp32"  # no shapes to time: stays exact, says so
+    import confkv.models.precision_choice as pc
+
+    original = pc.cached_timings
+    try:
+        pc.cached_timings = lambda shapes, progress=None: (dict(TIMINGS), "injected")
+        precision, lines = resolve_precision("auto", "cpu", config=tiny_config("qwen2"))
+    finally:
+        pc.cached_timings = original
+    assert precision.name == "bf16" and lines[0].startswith("precision auto: injected")
