@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from envs.safe_yaml import load_limited
 from envs.taskspec import StepParser, Task, task_files, validate_files
 
 
@@ -67,10 +68,14 @@ def parse_ids(text: str) -> TaskIds:
 
 
 def _raw_meta(path: Path) -> tuple[Any, list[str] | None]:
-    """Best-effort task_id and sites of an invalid file, so filters still apply to it."""
+    """Best-effort task_id and sites of an invalid file, so filters still apply to it.
+
+    Read with the loader's own limits (`load_limited`): this runs on exactly the files that loading refused, so an
+    uncapped parse here re-opened every hole (a 2 MB file took 30 s and 930 MB), and whatever it raises (deep
+    nesting, not UTF-8, not a regular file) only means "no metadata", never the end of the whole check."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+        _, data = load_limited(path)
+    except (OSError, ValueError, yaml.YAMLError, RecursionError):  # ValueError: limits and UnicodeDecodeError
         return None, None
     if not isinstance(data, dict):
         return None, None

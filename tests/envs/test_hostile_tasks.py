@@ -68,3 +68,22 @@ print("ok")
 """
     result = capped_python(code)
     assert result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_one_unparseable_file_does_not_stop_the_check(tmp_path: Path) -> None:
+    (tmp_path / "shopping_010.yaml").write_text("task_id: 10\nintent: " + "[" * 5000 + "\n")  # RecursionError
+    (tmp_path / "shopping_011.yaml").write_bytes(GOOD.read_bytes().replace(b"task_id: 1\n", b"task_id: 11\n")
+                                                 .replace(b"What is", b"Qu\xe9 est"))  # latin-1, not UTF-8
+    (tmp_path / "shopping_012.yaml").write_text("task_id: 12\nx: [" + "1, " * 700_000 + "1]\n")  # 2 MB
+    bad_task(tmp_path, "shopping_013.yaml", 13)
+    started = time.monotonic()
+    result = tasks_check(str(tmp_path), "--json")
+    assert time.monotonic() - started < 15, "the 2 MB file was parsed again after loading refused it (~20 s)"
+    assert "Traceback" not in result.stderr and result.returncode == 1, result.stderr[-2000:]
+    doc = json.loads(result.stdout[result.stdout.index("{"):])
+    reasons = {Path(f["task"]).name: " ".join(f["reasons"]) for f in doc["failures"]}
+    assert doc["tasks"] == 4 and len(reasons) == 4, doc
+    assert "nesting" in reasons["shopping_010.yaml"]
+    assert "not UTF-8" in reasons["shopping_011.yaml"]
+    assert "at most 1,048,576" in reasons["shopping_012.yaml"]
+    assert "hint: unknown key" in reasons["shopping_013.yaml"]
