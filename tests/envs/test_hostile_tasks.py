@@ -6,6 +6,7 @@ invalid, so nothing is replayed."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -87,3 +88,20 @@ def test_one_unparseable_file_does_not_stop_the_check(tmp_path: Path) -> None:
     assert "not UTF-8" in reasons["shopping_011.yaml"]
     assert "at most 1,048,576" in reasons["shopping_012.yaml"]
     assert "hint: unknown key" in reasons["shopping_013.yaml"]
+
+
+def test_a_fifo_or_a_device_named_yaml_is_refused_not_read(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "shopping_020.yaml")  # no writer ever comes: reading it waits forever
+    (tmp_path / "shopping_021.yaml").symlink_to("/dev/zero")  # st_size 0, endless bytes
+    bad_task(tmp_path, "shopping_022.yaml", 22)
+    result = tasks_check(str(tmp_path), "--json", timeout=30)
+    assert "MemoryError" not in result.stderr and result.returncode == 1, result.stderr[-2000:]
+    doc = json.loads(result.stdout[result.stdout.index("{"):])
+    reasons = {Path(f["task"]).name: " ".join(f["reasons"]) for f in doc["failures"]}
+    assert "not a regular file (a FIFO)" in reasons["shopping_020.yaml"]
+    assert "not a regular file (a character device)" in reasons["shopping_021.yaml"]
+    assert "hint: unknown key" in reasons["shopping_022.yaml"]
+    run = subprocess.run([sys.executable, "-c", f"{CAP}import sys\nfrom agent.cli import main; main(sys.argv[1:])",
+                          "run", str(tmp_path / "shopping_020.yaml"), "--policy", "scripted", "--db",
+                          str(tmp_path / "t.sqlite")], cwd=ROOT, capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert run.returncode == 2 and "not a regular file (a FIFO)" in run.stderr and len(run.stderr) < 400, run.stderr
