@@ -34,11 +34,16 @@ def check(
     no-op `stop` (must fail). Exits 1 if anything is wrong."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from agent.task_check import check_tasks
     from envs.check import TaskSelection, parse_ids, summary
     from envs.sites import SITES
     from envs.taskspec import TaskSpecError
+    from traces.fmt import terminal_safe
+
+    def plain(text: str) -> Text:  # file names and reasons quote the user's files: data, never markup or escapes
+        return Text(terminal_safe(text))
 
     site_names = _split(sites)
     unknown = sorted(set(site_names or []) - set(SITES))
@@ -52,15 +57,15 @@ def check(
     err = Console(stderr=True)
 
     def progress(item: TaskCheck) -> None:
-        status = "[green]ok[/]" if item.ok else "[red]FAIL[/]"
-        err.print(f"{status} {item.task_id if item.task_id is not None else '?'} {item.path} ({item.seconds:.1f}s)",
-                  highlight=False)
+        status = Text("ok", style="green") if item.ok else Text("FAIL", style="red")
+        err.print(status, plain(f"{item.task_id if item.task_id is not None else '?'} {item.path} "
+                                f"({item.seconds:.1f}s)"), highlight=False)  # fmt: skip
 
     try:
         selection = TaskSelection(paths or [Path("tasks")], sites=site_names, ids=id_set, sample=sample, seed=seed)
         results = check_tasks(selection, progress=progress)
     except TaskSpecError as exc:  # e.g. a path that does not exist
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        err.print(Text("error:", style="red"), plain(str(exc)), highlight=False)
         raise typer.Exit(2) from None
     doc = summary(results)
     if as_json:
@@ -72,8 +77,8 @@ def check(
         for column in ("task", "file", "valid", "reference pass", "negative fail", "reason"):
             table.add_column(column, overflow="fold")
         for r in results:
-            table.add_row(str(r.task_id if r.task_id is not None else "?"), Path(r.path).name, mark[r.valid],
-                          mark[r.reference_pass], mark[r.negative_fail], "\n".join(r.reasons) or "ok")
+            table.add_row(str(r.task_id if r.task_id is not None else "?"), plain(Path(r.path).name), mark[r.valid],
+                          mark[r.reference_pass], mark[r.negative_fail], plain("\n".join(r.reasons) or "ok"))
         Console().print(table)
     if not results:
         err.print("[red]error:[/] no tasks matched", highlight=False)

@@ -18,12 +18,12 @@ MEMORY_CAP = 2 << 30  # address space of the child: the old code needed 21 GB fo
 CAP = f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({MEMORY_CAP}, {MEMORY_CAP}))\n"
 
 
-def tasks_check(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def tasks_check(*args: str, timeout: float = 120, columns: int = 80) -> subprocess.CompletedProcess[str]:
     """`confkv-agent tasks check ...` in a fresh process with its memory capped, so a regression fails this test
     with a MemoryError instead of swapping or waking the OOM killer on a shared machine."""
     boot = f"{CAP}import sys\nfrom agent.cli import main; main(sys.argv[1:])"
     return subprocess.run([sys.executable, "-c", boot, "tasks", "check", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+                          text=True, timeout=timeout, env={**os.environ, "COLUMNS": str(columns)})  # fmt: skip
 
 
 def capped_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -105,3 +105,12 @@ def test_a_fifo_or_a_device_named_yaml_is_refused_not_read(tmp_path: Path) -> No
                           "run", str(tmp_path / "shopping_020.yaml"), "--policy", "scripted", "--db",
                           str(tmp_path / "t.sqlite")], cwd=ROOT, capture_output=True, text=True, timeout=30)  # fmt: skip
     assert run.returncode == 2 and "not a regular file (a FIFO)" in run.stderr and len(run.stderr) < 400, run.stderr
+
+
+def test_file_names_and_reasons_are_printed_literally(tmp_path: Path) -> None:
+    path = tmp_path / "[red]shopping_030.yaml"  # a file name and a key that are console markup
+    path.write_text(GOOD.read_text().replace("task_id: 1\n", 'task_id: 30\n"[/]": none\n'))
+    result = tasks_check(str(tmp_path), columns=400)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"FAIL 30 {path} (" in result.stderr  # the progress line
+    assert "[red]shopping_030.yaml" in result.stdout and "[/]: unknown key" in result.stdout  # the table
