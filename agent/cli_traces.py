@@ -18,11 +18,26 @@ if TYPE_CHECKING:
     from traces.store import TraceStore
 
 _DB_HELP = "Trace database (SQLite) written by `run` / `eval`."
+MAX_ID = 2**63 - 1  # SQLite's INTEGER: a larger run or episode id cannot exist (and cannot even be a query parameter)
 
 
 def _fail(message: str) -> typer.Exit:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     return typer.Exit(1)
+
+
+def _ids(values: list[int] | None, what: str, db: Path) -> list[int] | None:
+    """Ids from the command line, checked before any query: one SQLite cannot hold is a one-line error (it was a raw
+    OverflowError from sqlite3); None for none given."""
+    for value in values or []:
+        if not 1 <= value <= MAX_ID:
+            raise _no_such(what, str(value), db)
+    return values or None
+
+
+def _no_such(what: str, given: str, db: Path) -> typer.Exit:
+    shown = given if len(given) <= 30 else f"{given[:30]}..."
+    return _fail(f"no {what} {shown} in {db}: ids go from 1 to {MAX_ID:,} (`confkv-agent traces ls` lists them)")
 
 
 def _open(db: Path) -> TraceStore:
@@ -86,8 +101,9 @@ def ls_command(
 
     if status is not None and status not in EPISODE_STATUSES:
         raise _fail(f"--status must be one of {', '.join(EPISODE_STATUSES)}, got {status!r}")
+    run_ids = _ids(run, "run", db)
     with _open(db) as store:
-        episodes = store.episodes(run_ids=run or None, policy=policy, status=status, limit=limit)
+        episodes = store.episodes(run_ids=run_ids, policy=policy, status=status, limit=limit)
     if as_json:
         typer.echo(json.dumps(episodes, indent=2))
         return
@@ -130,9 +146,10 @@ def summary_command(
     from traces.forced import forced_json, forced_table
     from traces.summary import summary_table
 
+    run_ids = _ids(run, "run", db)
     with _open(db) as store:
-        summary = store.summary(run_ids=run or None, model=model)
-        forced = store.forced_summary(run_ids=run or None)  # `eval --mode forced` runs: their own table
+        summary = store.summary(run_ids=run_ids, model=model)
+        forced = store.forced_summary(run_ids=run_ids)  # `eval --mode forced` runs: their own table
     if as_json:
         typer.echo(json.dumps({**summary.to_json(), **({"forced": forced_json(forced)} if forced else {})}, indent=2))
     elif not summary.policies and not forced:
@@ -157,8 +174,7 @@ def replay_command(
     from traces.replay import replay
     from traces.store import TraceStoreError
 
-    if not 1 <= episode_id < 2**63:  # SQLite integers are 64-bit: a larger id cannot exist
-        raise _fail(f"no episode {episode_id} in {db} (`confkv-agent traces ls` lists them)")
+    _ids([episode_id], "episode", db)
     with _open(db) as store:
         try:
             replay(
@@ -187,9 +203,10 @@ def report_command(
 
     if out.exists() and not out.is_dir():
         raise _fail(f"--out {out} is an existing file; pass a directory (it is created if missing)")
+    episode_ids, run_ids = _ids(episode, "episode", db), _ids(run, "run", db)
     with _open(db) as store:
         try:
-            paths = write_report(store, out, episode_ids=episode or None, run_ids=run or None)
+            paths = write_report(store, out, episode_ids=episode_ids, run_ids=run_ids)
         except (TraceStoreError, ValueError) as exc:
             raise _fail(str(exc)) from None
     if not paths:
@@ -229,8 +246,9 @@ def breakdown_command(
         loaded = load_tasks(tasks or [TASKS_DIR])
     except TaskSpecError as exc:
         raise _fail(f"cannot load the tasks: {exc}") from None
+    run_ids = _ids(run, "run", db)
     with _open(db) as store:
-        data = breakdown(store, loaded, run_ids=run or None, model=model, across_runs=across_runs)
+        data = breakdown(store, loaded, run_ids=run_ids, model=model, across_runs=across_runs)
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     elif not data["overall"]:
@@ -244,9 +262,12 @@ def breakdown_command(
 def _run_spec(spec: str, db: Path) -> tuple[Path, int]:
     """`RUN` (a run of --db) or `PATH:RUN` (a run of another database) -> (database, run id)."""
     path, _, run = spec.rpartition(":")
-    if not run.isdigit():
-        raise _fail(f"{spec!r} is not a run: give a run id (`traces ls` shows them) or DB_PATH:RUN_ID")
-    return (Path(path) if path else db), int(run)
+    if not run.isascii() or not run.isdigit():
+        raise _fail(f"{spec[:60]!r} is not a run: give a run id (`traces ls` shows them) or DB_PATH:RUN_ID")
+    target = Path(path) if path else db
+    if len(run.lstrip("0")) > len(str(MAX_ID)) or int(run) > MAX_ID:  # (int() refuses over 4,300 digits)
+        raise _no_such("run", run, target)
+    return target, int(run)
 
 
 def compare_command(

@@ -61,3 +61,22 @@ def test_escape_sequences_reach_the_run_screen_shown_not_sent(tmp_path: Path, mo
                                          reason=f"must_include '9.95' not found in answer '{HOSTILE}'",
                                          stop_reason=f"stop {HOSTILE}", blocked=[f"http://x/{HOSTILE}"]))  # fmt: skip
     _assert_shown_not_sent(out.getvalue())
+
+
+def test_ids_beyond_sqlite_integers_are_one_line_errors(tmp_path: Path) -> None:
+    from traces.store import TraceStore
+
+    db = tmp_path / "t.sqlite"
+    with TraceStore(db) as store:
+        ep = store.start_episode(store.start_run("m", "full"), "1")
+        store.finish_episode(ep, success=True)
+    huge = "1" + "0" * 23  # 1e23 written out: Python reads it as an int, SQLite cannot bind it
+    for args in (["report", "--out", str(tmp_path / "plots"), "--episode", huge], ["traces", "ls", "--run", huge],
+                 ["traces", "summary", "--run", huge], ["traces", "breakdown", "--run", huge],
+                 ["traces", "compare", "1", huge], ["traces", "compare", "1", "9" * 5000], ["replay", huge]):  # fmt: skip
+        result = runner.invoke(app, [*args, "--db", str(db)])
+        assert result.exit_code == 1, (args, result.output)
+        assert not isinstance(result.exception, OverflowError | ValueError), (args, result.exception)
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and "ids go from 1 to 9,223,372,036,854,775,807" in lines[0], (args, result.output)
+    assert not (tmp_path / "plots").exists()
