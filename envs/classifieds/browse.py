@@ -8,6 +8,7 @@ from typing import Any
 
 from flask import Flask, abort, render_template, request, url_for
 
+from envs import webapp
 from envs.classifieds.app import PAGE_SIZE, current_user, db
 
 SORTS = {
@@ -91,8 +92,8 @@ def run_search(f: SearchFilters) -> tuple[list[Any], int]:
     where, params = ["l.status = 'active'"], []
     if f.q:
         for word in f.q.split():
-            where.append("(l.title LIKE ? OR l.description LIKE ?)")
-            params += [f"%{word}%", f"%{word}%"]
+            where.append(f"(l.title {webapp.LIKE} OR l.description {webapp.LIKE})")
+            params += [webapp.like_contains(word)] * 2
     if f.category:
         where.append("c.slug = ?")
         params.append(f.category)

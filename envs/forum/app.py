@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 
 from flask import Flask, abort, g, redirect, render_template, request
+from werkzeug.exceptions import Forbidden
 from werkzeug.security import check_password_hash
 
 from envs import webapp
@@ -64,9 +65,10 @@ def create_app(db_path: Path) -> Flask:
                                text="There is nothing at this address."), 404
 
     @app.errorhandler(403)
-    def forbidden(_err):
-        return render_template("message.html", heading="Not allowed",
-                               text="You can only edit your own threads and comments."), 403
+    def forbidden(err):
+        ours = err.description != Forbidden.description  # a reason given on purpose, e.g. a cross-site post
+        text = err.description if ours else "You can only edit your own threads and comments."
+        return render_template("message.html", heading="Not allowed", text=text), 403
 
     from envs.forum import browse, posting
 

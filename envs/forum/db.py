@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from envs.forum.seed import SITE_NOW, TIME_FORMAT
-from envs.webapp import open_db
+from envs.webapp import LIKE, like_contains, open_db
 
 PAGE_SIZE = 20
 SORTS = ("hot", "new", "top")
@@ -81,8 +81,8 @@ def list_threads(conn: sqlite3.Connection, *, forum_id: int | None = None, autho
         where.append("t.author_id = ?")
         params.append(author_id)
     for term in (query or "").split():
-        where.append("(t.title LIKE ? OR t.body LIKE ?)")
-        params += [f"%{term}%", f"%{term}%"]
+        where.append(f"(t.title {LIKE} OR t.body {LIKE})")
+        params += [like_contains(term)] * 2
     sql = _THREAD_SELECT + (" WHERE " + " AND ".join(where) if where else "") + f" ORDER BY {_ORDER_BY[sort]}"
     return _paginate(conn, sql, params, page)
 

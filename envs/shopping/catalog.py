@@ -8,6 +8,7 @@ from typing import Any
 from flask import Flask, abort, flash, redirect, render_template, request, url_for
 
 from envs.shopping.db import PAGE_SIZE, current_user, get_db, login_required, page_count, parse_page
+from envs.webapp import LIKE, like_contains
 
 # Sort key -> (link text, ORDER BY clause). Links, not a <select>, so an agent can pick one with a single click.
 SORTS: dict[str, tuple[str, str]] = {
@@ -17,6 +18,9 @@ SORTS: dict[str, tuple[str, str]] = {
     "rating": ("Top rated", "rating IS NULL, rating DESC, review_count DESC, p.id"),
     "name": ("Name: A to Z", "p.name, p.id"),
 }
+
+# Review lengths, as the forum caps its posts: a title is a line, a review a few paragraphs.
+MAX_REVIEW_TITLE, MAX_REVIEW_BODY = 200, 10_000
 
 PRODUCT_COLUMNS = """p.*, c.slug AS category_slug, c.name AS category_name,
     (SELECT ROUND(AVG(r.rating), 1) FROM reviews r WHERE r.product_id = p.id) AS rating,
@@ -85,8 +89,8 @@ def register(app: Flask) -> None:
         where: list[str] = []
         params: list[Any] = []
         for term in query.split():
-            where.append("(p.name LIKE ? OR p.sku LIKE ? OR p.brand LIKE ? OR p.description LIKE ?)")
-            params += [f"%{term}%"] * 4
+            where.append(f"(p.name {LIKE} OR p.sku {LIKE} OR p.brand {LIKE} OR p.description {LIKE})")
+            params += [like_contains(term)] * 4
         listing = _listing(where, params, default_sort="featured")
         return render_template("listing.html", heading=f"Search results for “{query}”" if query else "All products",
                                query=query, endpoint="search", endpoint_args={"q": query}, **listing)
@@ -129,8 +133,12 @@ def register(app: Flask) -> None:
             errors.append("Choose a rating from 1 to 5 stars.")
         if not title:
             errors.append("Give your review a title.")
+        elif len(title) > MAX_REVIEW_TITLE:
+            errors.append(f"The title is {len(title):,} characters long; keep it to at most {MAX_REVIEW_TITLE}.")
         if not body:
             errors.append("Write a few words in the review text.")
+        elif len(body) > MAX_REVIEW_BODY:
+            errors.append(f"The review is {len(body):,} characters long; keep it to at most {MAX_REVIEW_BODY:,}.")
         if errors:
             for message in errors:
                 flash(message)
