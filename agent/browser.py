@@ -207,20 +207,25 @@ class BrowserSession:
     def close(self, graceful: bool = True) -> None:
         """Close context, browser and Playwright; then SIGKILL any of our Chromium processes still alive.
 
-        Safe to call twice and after a crash; never raises, because it runs while another exception
-        (or KeyboardInterrupt) may be propagating. `graceful=False` (Ctrl-C / SIGTERM unwinding) makes no driver
-        call at all: an interrupt that landed inside Playwright's event loop can leave every later call waiting
-        forever, so the Chromium processes are killed and the driver is dropped instead.
+        Safe to call twice and after a crash; never raises what the driver says, because it runs while another
+        exception (or KeyboardInterrupt) may be propagating. `graceful=False` (Ctrl-C / SIGTERM unwinding) makes no
+        driver call at all: an interrupt that landed inside Playwright's event loop can leave every later call
+        waiting forever, so the Chromium processes are killed and the driver is dropped instead. A Ctrl-C that
+        arrives during the close itself switches the rest to that path and is raised again once everything is
+        gone: swallowing it here let `tasks check` run on and exit 0 after the user pressed Ctrl-C.
         """
         if self._closing:
             return
         self._closing = True
         leftovers = self.chromium_pids()
+        interrupted: KeyboardInterrupt | None = None
         for closer in (self._context, self._browser, self._pw):
             if closer is None or (not graceful and closer is not self._pw):
                 continue
             try:
                 _release_playwright(graceful) if closer is self._pw else closer.close()
+            except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM) during the close: finish without the driver
+                interrupted, graceful = exc, False
             except BaseException:  # noqa: BLE001 - shutdown must continue whatever the driver says
                 pass
         ours = leftovers | self.chromium_pids()
@@ -231,6 +236,8 @@ class BrowserSession:
             self._proxy = None
         self._context = self._browser = self._pw = None
         self._active = None
+        if interrupted is not None:
+            raise interrupted
 
     # ---- confinement -----------------------------------------------------------------------------------------------
     def _on_proxy_block(self, what: str) -> None:

@@ -18,6 +18,7 @@ import sys
 
 import typer
 
+from agent import interrupts
 from agent.allocator import tune_cpu_allocator
 
 app = typer.Typer(
@@ -47,16 +48,6 @@ for _name in _COMMAND_MODULES:
 INTERRUPTED = "interrupted; rerun the same command to resume (finished episodes are kept)"
 
 
-_SIGNALLED: dict[str, int] = {}
-
-
-def _on_signal(signum: int, _frame: object) -> None:
-    """Ctrl-C and SIGTERM both unwind as KeyboardInterrupt (so `finally` blocks and episode bookkeeping run);
-    which one it was decides the exit code."""
-    _SIGNALLED["signal"] = signum
-    raise KeyboardInterrupt()
-
-
 def one_line(exc: BaseException) -> str:
     """`Type: first line of the message`, at most 300 characters."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -71,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     args = [a for a in args if a != "--debug"]
     for sig, usual in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
         if signal.getsignal(sig) is usual:  # an ignored signal (nohup, background job) stays ignored
-            signal.signal(sig, _on_signal)
+            signal.signal(sig, interrupts.on_signal)  # unwinds as KeyboardInterrupt; which one decides the code
     tune_cpu_allocator()  # before any command allocates (see agent.allocator)
     try:
         code = app(args=args, prog_name="confkv-agent", standalone_mode=False)
@@ -83,15 +74,19 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         raise SystemExit(getattr(exc, "exit_code", 2)) from None
     except Exception as exc:  # noqa: BLE001 - the one place that turns unexpected errors into a message
-        if debug:
-            raise
-        import sqlite3
+        if interrupts.received() is None:  # else the error is the interrupt's echo: the driver died of it too
+            if debug:
+                raise
+            import sqlite3
 
-        hint = "the database is damaged or not SQLite: " if isinstance(exc, sqlite3.DatabaseError) else ""
-        print(f"error: {hint}{one_line(exc)} (--debug shows the traceback)", file=sys.stderr)
-        raise SystemExit(1) from None
+            hint = "the database is damaged or not SQLite: " if isinstance(exc, sqlite3.DatabaseError) else ""
+            print(f"error: {hint}{one_line(exc)} (--debug shows the traceback)", file=sys.stderr)
+            raise SystemExit(1) from None
+        code = 130
+    if interrupts.received() is not None:  # even when something on the way swallowed the KeyboardInterrupt
+        code = 130
     if code == 130:  # typer turns KeyboardInterrupt into exit code 130
-        terminated = _SIGNALLED.get("signal") == signal.SIGTERM
+        terminated = interrupts.received() == signal.SIGTERM
         print(f"\n{'terminated' if terminated else 'interrupted'}{INTERRUPTED[11:]}", file=sys.stderr)
         raise SystemExit(143 if terminated else 130)
     raise SystemExit(code if isinstance(code, int) else 0)

@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from agent import interrupts
+
 if TYPE_CHECKING:
     from envs.server import Sites
 
@@ -59,7 +61,7 @@ def serve(
         while deadline is None or time.monotonic() < deadline:
             time.sleep(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
     except KeyboardInterrupt:
-        pass
+        interrupts.handled()  # Ctrl-C is how serving ends: not an interrupted command
     finally:
         running.stop()
         console.print("Sites stopped.")

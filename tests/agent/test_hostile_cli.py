@@ -1,11 +1,14 @@
 """Hostile input, second round (issue 38), on the command line: terminal escapes in user text are shown, not sent;
-absurd ids and ranges are one-line errors; Ctrl-C and a full disk say what happened."""
+absurd ids are one-line errors; Ctrl-C and a full disk say what happened."""
 
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -80,3 +83,56 @@ def test_ids_beyond_sqlite_integers_are_one_line_errors(tmp_path: Path) -> None:
         lines = [line for line in result.output.splitlines() if line.strip()]
         assert len(lines) == 1 and "ids go from 1 to 9,223,372,036,854,775,807" in lines[0], (args, result.output)
     assert not (tmp_path / "plots").exists()
+
+
+def _interrupted_check(tmp_path: Path, then: str) -> subprocess.CompletedProcess[str]:
+    """`tasks check` whose Ctrl-C is swallowed on the way up, as when it lands while Playwright's driver (killed by
+    the same signal) is being closed; `then` is what the check does next: return a clean result, or fail with the
+    dead driver's error."""
+    boot = ("import os, signal, sys, time\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)  # a background runner inherits it ignored\n"
+            "import agent.task_check\n"
+            "from envs.check import TaskCheck\n"
+            "def check_tasks(selection, progress=None):\n"
+            "    try:\n"
+            "        os.kill(os.getpid(), signal.SIGINT); time.sleep(5)\n"
+            "    except BaseException:  # noqa: BLE001 - what a browser close used to do\n"
+            "        pass\n"
+            f"    {then}\n"
+            "agent.task_check.check_tasks = check_tasks\n"
+            "from agent.cli import main; main(sys.argv[1:])")  # fmt: skip
+    return subprocess.run([sys.executable, "-c", boot, "tasks", "check", str(TASK)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+@pytest.mark.parametrize("then", [
+    "return [TaskCheck(path='t.yaml', task_id=1, valid=True, reference_pass=True, negative_fail=True)]",
+    "raise RuntimeError('Connection closed while reading from the driver')",
+])  # fmt: skip
+def test_ctrl_c_swallowed_on_the_way_up_still_ends_the_command_with_130(tmp_path: Path, then: str) -> None:
+    result = _interrupted_check(tmp_path, then)
+    assert result.returncode == 130, (result.returncode, result.stderr[-2000:])
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("interrupted; rerun the same command to resume") and "Traceback" not in result.stderr
+
+
+def test_ctrl_c_during_a_browser_close_is_passed_on_after_the_cleanup(monkeypatch) -> None:
+    from agent import browser
+
+    session = browser.BrowserSession(["http://127.0.0.1:1"])  # never started: only the close path runs
+    closed: list[str] = []
+
+    class Context:
+        def close(self) -> None:
+            closed.append("context")
+            raise KeyboardInterrupt  # Ctrl-C while the driver shuts the context
+
+    class Browser:
+        def close(self) -> None:  # must not be called: after an interrupt the driver may never answer
+            closed.append("browser")
+
+    session._context, session._browser, session._pw = Context(), Browser(), object()  # type: ignore[assignment]
+    monkeypatch.setattr(browser, "_release_playwright", lambda graceful=True: closed.append(f"driver {graceful}"))
+    with pytest.raises(KeyboardInterrupt):
+        session.close()
+    assert closed == ["context", "driver False"] and session._pw is None
