@@ -48,6 +48,24 @@ for _name in _COMMAND_MODULES:
 INTERRUPTED = "interrupted; rerun the same command to resume (finished episodes are kept)"
 
 
+def failure_kind(exc: BaseException) -> str:
+    """What an unexpected error means for the user, where we can tell, as a prefix of the one-line message.
+
+    A full disk must not read as a damaged database: SQLite reports it as an OperationalError, a DatabaseError like
+    corruption, and the user would throw away a good trace DB instead of freeing space and resuming."""
+    import errno
+    import sqlite3
+
+    full = getattr(sqlite3, "SQLITE_FULL", 13)
+    if (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or (
+            isinstance(exc, sqlite3.OperationalError) and (getattr(exc, "sqlite_errorcode", None) == full
+                                                           or "database or disk is full" in str(exc))):  # fmt: skip
+        return "the disk is full (free some space, then rerun the same command to resume): "
+    if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError):
+        return "the database is damaged or not SQLite: "  # corrupt, or not a database (locked, I/O: not this)
+    return ""
+
+
 def one_line(exc: BaseException) -> str:
     """`Type: first line of the message`, at most 300 characters."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -77,10 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         if interrupts.received() is None:  # else the error is the interrupt's echo: the driver died of it too
             if debug:
                 raise
-            import sqlite3
-
-            hint = "the database is damaged or not SQLite: " if isinstance(exc, sqlite3.DatabaseError) else ""
-            print(f"error: {hint}{one_line(exc)} (--debug shows the traceback)", file=sys.stderr)
+            print(f"error: {failure_kind(exc)}{one_line(exc)} (--debug shows the traceback)", file=sys.stderr)
             raise SystemExit(1) from None
         code = 130
     if interrupts.received() is not None:  # even when something on the way swallowed the KeyboardInterrupt

@@ -136,3 +136,30 @@ def test_ctrl_c_during_a_browser_close_is_passed_on_after_the_cleanup(monkeypatc
     with pytest.raises(KeyboardInterrupt):
         session.close()
     assert closed == ["context", "driver False"] and session._pw is None
+
+
+@pytest.mark.parametrize("error", [
+    "FULL",  # what SQLite raises when a write finds no space (made real here with max_page_count)
+    "OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))",  # a screenshot or report PNG on a full disk
+])  # fmt: skip
+def test_a_full_disk_is_not_reported_as_a_damaged_database(tmp_path: Path, error: str) -> None:
+    from traces.store import TraceStore
+
+    db = tmp_path / "t.sqlite"
+    TraceStore(db).close()
+    boot = ("import errno, os, sqlite3, sys\n"
+            "c = sqlite3.connect(':memory:'); c.execute('create table t(x)'); c.execute('pragma max_page_count=3')\n"
+            "try:\n"
+            "    c.execute('insert into t values (zeroblob(100000))')\n"
+            "except sqlite3.OperationalError as exc:\n"
+            "    FULL = exc\n"
+            "import traces.queries\n"
+            "def episodes(self, **kwargs):\n"
+            f"    raise {error}\n"
+            "traces.queries.TraceQueries.episodes = episodes\n"
+            "from agent.cli import main; main(sys.argv[1:])")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", boot, "traces", "ls", "--db", str(db)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 1 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: the disk is full") and "damaged" not in lines[0], lines[0]
