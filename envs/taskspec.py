@@ -49,6 +49,9 @@ Answer = Annotated[str, Field(max_length=MAX_ANSWER_CHARS)]
 Line = Annotated[str, Field(max_length=MAX_LINE_CHARS)]
 
 _STOP_RE = re.compile(r"^\s*stop\s*\[(.*)\]\s*$", re.DOTALL)
+# A placeholder stands for `http://host:port`; what follows it must start a path, query or fragment. Anything else
+# rewrites the authority: `__SHOPPING__@127.0.0.1:9/` is user info plus another host, `__SHOPPING__:9` another port.
+_PLACEHOLDER_TAIL_RE = re.compile(PLACEHOLDER_RE.pattern + r"(?![/?#]|\s|$)")
 _GOTO_RE = re.compile(r"^\s*goto\s*\[(.*)\]\s*$", re.DOTALL)
 
 
@@ -177,6 +180,9 @@ def _semantic_errors(task: Task, local: bool, parse_step: StepParser | None) -> 
         if goto := _GOTO_RE.match(line):
             urls.append((("reference_solution", i), goto.group(1)))
     for loc, text in urls:
+        for bad in _PLACEHOLDER_TAIL_RE.finditer(text):
+            errors.append((loc, f"placeholder {bad.group()} must be followed by '/', '?', '#' or nothing, not "
+                                f"{short(text[bad.end():], 20)}: the URL would leave the site"))  # fmt: skip
         for placeholder in PLACEHOLDER_RE.findall(text):
             site = PLACEHOLDERS.get(placeholder)
             if site is None:

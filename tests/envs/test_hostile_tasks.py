@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = ROOT / "tasks" / "shopping_001.yaml"
 MEMORY_CAP = 2 << 30  # address space of the child: the old code needed 21 GB for the id range below
@@ -114,3 +116,20 @@ def test_file_names_and_reasons_are_printed_literally(tmp_path: Path) -> None:
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"FAIL 30 {path} (" in result.stderr  # the progress line
     assert "[red]shopping_030.yaml" in result.stdout and "[/]: unknown key" in result.stdout  # the table
+
+
+@pytest.mark.parametrize("old, new", [
+    ("start_url: __SHOPPING__/", "start_url: __SHOPPING__@127.0.0.1:9/"),  # userinfo: the host becomes 127.0.0.1:9
+    ("start_url: __SHOPPING__/", "start_url: __SHOPPING__.evil.example/"),
+    ("start_url: __SHOPPING__/", "start_url: __SHOPPING__:9/"),
+    ("- stop [$9.95]", "- goto [__SHOPPING__@127.0.0.1:9/]\n- stop [$9.95]"),
+])  # fmt: skip
+def test_a_placeholder_must_be_followed_by_a_path(tmp_path: Path, old: str, new: str) -> None:
+    from envs.taskspec import TaskSpecError, load_task
+
+    path = tmp_path / "shopping_001.yaml"
+    path.write_text(GOOD.read_text().replace(old, new))
+    with pytest.raises(TaskSpecError) as caught:
+        load_task(path)
+    message = str(caught.value)
+    assert "must be followed by '/', '?', '#' or nothing" in message and len(message.splitlines()) == 1, message
