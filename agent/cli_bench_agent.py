@@ -1,5 +1,5 @@
-"""`bench decisions | precision`: what a precision (or KV policy) changes in the agent's decisions, and what the
-machine's precisions cost.
+"""`bench decisions | precision | cpu-peer`: what a precision (or KV policy) changes in the agent's decisions, what
+the machine's precisions cost, and how our CPU path compares with llama.cpp's.
 
 `bench decisions` replays recorded episodes of a trace DB (`agent.decisions`) and compares each configuration's
 greedy action with the reference's (the first `--dtypes` entry and the first `--policies` entry) state by state.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import typer
 
-from agent.cli_bench import _label, _save, bench
-from agent.cli_options import checked_dtype
+from agent.cli_bench import _label, _parse_lengths, _save, bench
+from agent.cli_options import checked_dtype, dtype_option
 
 
 def _split(text: str) -> list[str]:
@@ -111,6 +111,43 @@ def precision(
         data = {}
     path = _save({**data, "model": model, "chosen": name}, out, f"precision_{_label(model)}.json")
     typer.echo(f"chosen: {name}\nresults: {path}")
+
+
+@bench.command("cpu-peer")
+def cpu_peer(
+    model: str = typer.Option("qwen2.5-coder-1.5b", "--model", help="registry name (its GGUF is llama.cpp's input)"),
+    gguf: Path = typer.Option(None, "--gguf", exists=True, dir_okay=False, help="the GGUF for a model given by path"),
+    dtype: str = dtype_option(),
+    prefill: str = typer.Option("512,2048", "--prefill", help="prefill lengths"),
+    decode: str = typer.Option("1024,4096", "--decode", help="contexts to decode after"),
+    steps: int = typer.Option(16, "--steps", min=2, help="decoded tokens per context"),
+    out: str = typer.Option("results", "--out", help="directory for the JSON"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """llama.cpp (`pip install llama-cpp-python`) vs our plain, full and confkv: prefill tok/s, decode ms/token."""
+    from confkv.bench.cpu_peer import format_report, gguf_file, run_cpu_peer
+    from confkv.models import MODELS, load_for_inference
+
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        raise typer.BadParameter("llama.cpp is not installed: pip install llama-cpp-python (builds from source, "
+                                 "~10 min on 2 cores)") from None  # fmt: skip
+    if gguf is None and model not in MODELS:
+        raise typer.BadParameter("a model given by path needs --gguf (the file llama.cpp runs)")
+    name = checked_dtype(dtype, model=model)
+    path = gguf or gguf_file(model, lambda m: typer.echo(m, err=True))
+    mdl, _ = load_for_inference(model, name)
+    report = run_cpu_peer(mdl, path, _parse_lengths(prefill), _parse_lengths(decode), steps,
+                          lambda m: typer.echo(m, err=True))  # fmt: skip
+    report.update(model=model, date=time.strftime("%Y-%m-%d"))
+    saved = _save(report, out, f"cpu-peer_{_label(model)}_{name}.json")
+    if as_json:
+        typer.echo(json.dumps(report))
+        return
+    for line in format_report(report):
+        typer.echo(line)
+    typer.echo(f"results: {saved}")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,33 @@
+"""`bench cpu-peer`: our side's figures for every variant and length, the table's ratios against a peer, and a
+clear message where llama.cpp is not installed (it is an optional extra, never a test dependency)."""
+
+from __future__ import annotations
+
+import sys
+
+from confkv.bench.cpu_peer import format_report, run_cpu_peer
+from confkv.testing import tiny_model
+
+
+def test_our_side_reports_prefill_and_decode_for_every_variant():
+    model, _ = tiny_model("llama", max_position_embeddings=512)
+    small = {"n_low": "12", "n_high": "20", "int8_after": "6", "protect": "4", "slack": "2", "prefill_chunk": "16"}
+    report = run_cpu_peer(model, None, prefill=(48,), decode=(64,), steps=2, confkv_overrides=small)
+    assert set(report["rows"]) == {"plain", "full", "confkv"} and report["gguf"] is None
+    for fig in report["rows"].values():
+        assert fig["prefill_tok_s"][48] > 0 and fig["decode_ms"][64] > 0
+    peer = {"prefill_tok_s": {48: 2 * report["rows"]["full"]["prefill_tok_s"][48]},
+            "decode_ms": {64: report["rows"]["full"]["decode_ms"][64] / 4}}  # fmt: skip
+    lines = format_report({**report, "gguf": "x.gguf", "rows": {**report["rows"], "llama.cpp": peer}})
+    full = lines[lines.index(next(line for line in lines if line.startswith("full"))) + 1]
+    assert full.split()[-2:] == ["0.50x", "0.25x"]  # ours over the peer's: half its prefill, a quarter its decode
+
+
+def test_cpu_peer_without_llama_cpp_says_how_to_install_it(monkeypatch):
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` raises ImportError
+    result = CliRunner().invoke(app, ["bench", "cpu-peer", "--model", "smollm2-135m"])
+    assert result.exit_code != 0 and "pip install llama-cpp-python" in result.output
