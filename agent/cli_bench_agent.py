@@ -98,9 +98,13 @@ def decisions(
 @bench.command("precision")
 def precision(
     model: str = typer.Option("qwen2.5-coder-1.5b", "--model", help="registry name or HF directory"),
+    layer_errors: str = typer.Option("", "--layer-errors", help="also: each Linear's relative error in this "
+                                     "precision's INT8 forms on the agent's own prompt (fp32 reference)"),
+    top: int = typer.Option(8, "--top", min=1, help="layers listed per phase with --layer-errors"),
     out: str = typer.Option("results", "--out", help="directory for the JSON"),
 ) -> None:
-    """What `--dtype auto` measured on this machine for `model`'s shapes, and what it picks."""
+    """What `--dtype auto` measured on this machine for `model`'s shapes, what it picks, and (optionally) which
+    layers an INT8 form hurts most."""
     from confkv.models.load import _config, resolve
     from confkv.models.precision_choice import Shapes, cache_path
 
@@ -109,7 +113,27 @@ def precision(
         data = json.loads(cache_path(Shapes.from_config(_config(resolve(model)))).read_text())
     except OSError:  # a CUDA device: nothing is timed there
         data = {}
-    path = _save({**data, "model": model, "chosen": name}, out, f"precision_{_label(model)}.json")
+    data.update(model=model, chosen=name)
+    if layer_errors:
+        import statistics
+
+        import torch
+
+        from agent.cli_bench import _agent_prompts
+        from confkv.models import load
+        from confkv.models.precision import layer_errors as errors_of
+
+        target = checked_dtype(layer_errors, announce=False)
+        mdl, tok = load(model, "fp32")
+        head, _ = _agent_prompts(tok, 1, 64)
+        rows = errors_of(mdl, torch.tensor([head]), target)
+        data["layer_errors"] = {"precision": target, "tokens": len(head), "rows": rows}
+        for phase in ("prefill", "decode"):
+            mine = [r for r in rows if r[1] == phase]
+            if mine:
+                typer.echo(f"{target} {phase}: median {statistics.median(r[2] for r in mine):.2%} over "
+                           f"{len(mine)} layers; largest: " + ", ".join(f"{n} {e:.1%}" for n, _, e in mine[:top]))
+    path = _save(data, out, f"precision_{_label(model)}.json")
     typer.echo(f"chosen: {name}\nresults: {path}")
 
 

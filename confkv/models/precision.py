@@ -186,3 +186,36 @@ def apply_precision(model: Any, precision: Precision | str, keep_float: set[str]
     for parent, name, _ in swaps:
         setattr(parent, name, Int8Linear(getattr(parent, name), precision))
     return len(swaps)
+
+
+def layer_errors(model: Any, ids: torch.Tensor, precision: Precision | str) -> list[tuple[str, str, float]]:
+    """Relative output error of each quantizable Linear in `precision`'s INT8 forms against its float product, on
+    the inputs a real forward of `ids` gives it (the model in fp32): (name, phase, error), largest first. Why: a
+    layer whose error stands out (outlier activations) is the one to keep float (`apply_precision(keep_float=)`).
+    The decode form is measured on the last row alone, as a decode step would run it."""
+    precision = get_precision(precision) if isinstance(precision, str) else precision
+    inputs: dict[str, torch.Tensor] = {}
+    hooks = []
+    for parent, attr, name in quantizable_linears(model):
+        mod = getattr(parent, attr)
+        hooks.append(mod.register_forward_hook(lambda m, a, out, n=name: inputs.__setitem__(n, a[0].detach())))
+    try:
+        with torch.no_grad():
+            model(ids)
+    finally:
+        for h in hooks:
+            h.remove()
+    out = []
+    modules = dict(model.named_modules())
+    with torch.no_grad():
+        for name, x in inputs.items():
+            lin = modules[name]
+            quant = Int8Linear(lin, precision)
+            rows = x.reshape(-1, lin.in_features)
+            for phase, xs in (("prefill", rows), ("decode", rows[-1:])):
+                if getattr(precision, phase) == "float":
+                    continue
+                ref = F.linear(xs.float(), lin.weight.float(), None if lin.bias is None else lin.bias.float())
+                got = quant(xs.to(precision.dtype)).float()
+                out.append((name, phase, float((got - ref).norm() / ref.norm().clamp_min(1e-12))))
+    return sorted(out, key=lambda r: -r[2])

@@ -160,3 +160,18 @@ def test_resolve_precision_names_and_auto():
     finally:
         pc.cached_timings = original
     assert precision.name == "bf16" and lines[0].startswith("precision auto: injected")
+
+
+def test_layer_errors_rank_each_linear_by_its_int8_error():
+    from confkv.models.precision import layer_errors
+    from confkv.testing import tiny_model
+
+    model, _ = tiny_model("qwen2")
+    with torch.no_grad():  # an outlier input channel for one layer's down_proj: its W8A8 error must stand out
+        model.model.layers[1].mlp.up_proj.weight[3, :] *= 50.0
+    ids = torch.tensor([list(range(3, 60))])
+    rows = layer_errors(model, ids, "fp32-w8a8-w8a8")
+    assert len(rows) == 2 * 7 * 2 and [r[2] for r in rows] == sorted((r[2] for r in rows), reverse=True)
+    assert rows[0][0] == "model.layers.1.mlp.down_proj"
+    only_decode = layer_errors(model, ids, "bf16-float-int8wo")
+    assert {r[1] for r in only_decode} == {"decode"} and len(only_decode) == 14
