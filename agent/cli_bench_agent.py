@@ -101,6 +101,8 @@ def precision(
     layer_errors: str = typer.Option("", "--layer-errors", help="also: each Linear's relative error in this "
                                      "precision's INT8 forms on the agent's own prompt (fp32 reference)"),
     top: int = typer.Option(8, "--top", min=1, help="layers listed per phase with --layer-errors"),
+    remeasure: bool = typer.Option(False, "--remeasure", help="drop this machine's cached timings first (they "
+                                   "were taken under load, or the machine changed)"),  # fmt: skip
     out: str = typer.Option("results", "--out", help="directory for the JSON"),
 ) -> None:
     """What `--dtype auto` measured on this machine for `model`'s shapes, what it picks, and (optionally) which
@@ -108,9 +110,12 @@ def precision(
     from confkv.models.load import _config, resolve
     from confkv.models.precision_choice import Shapes, cache_path
 
+    cached = cache_path(Shapes.from_config(_config(resolve(model))))
+    if remeasure:
+        cached.unlink(missing_ok=True)
     name = checked_dtype("auto", model=model)
     try:
-        data = json.loads(cache_path(Shapes.from_config(_config(resolve(model)))).read_text())
+        data = json.loads(cached.read_text())
     except OSError:  # a CUDA device: nothing is timed there
         data = {}
     data.update(model=model, chosen=name)

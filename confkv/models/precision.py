@@ -23,15 +23,17 @@ import torch
 import torch.nn.functional as F
 
 ACT_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-PREFILL_FORMATS = ("float", "w8a8")
-DECODE_FORMATS = ("float", "int8wo", "w8a8")
+PREFILL_FORMATS = ("float", "bf16", "w8a8")
+DECODE_FORMATS = ("float", "bf16", "int8wo", "w8a8")
 
 
 @dataclass(frozen=True)
 class Precision:
-    """One way to run a model: `act` is the dtype of activations and of the KV cache; `prefill` and `decode` say
-    how Linear weights are applied to several rows (`float`: in `act`; `w8a8`: INT8 x INT8) and to one row
-    (`float`; `int8wo`: INT8 weights, `act` activations; `w8a8`: INT8 x INT8 through fbgemm)."""
+    """One way to run a model: `act` is the dtype of activations (the residual stream, attention) and of the KV
+    cache; `prefill` and `decode` say how Linear weights are applied to several rows and to one row: `float` in
+    `act`; `bf16` bf16 weights and rows, the result back in `act` (an fp32 residual stream with bf16 matrix units,
+    as CPU autocast does); `w8a8` INT8 x INT8 (per-token rows; one row through fbgemm); `int8wo` INT8 weights
+    times bf16 rows (decode only)."""
 
     name: str
     act: str
@@ -55,12 +57,17 @@ class Precision:
         return "float" in (self.prefill, self.decode)
 
     @property
+    def holds_bf16(self) -> bool:
+        return "bf16" in (self.prefill, self.decode)
+
+    @property
     def holds_int8(self) -> bool:
         return self.prefill == "w8a8" or self.decode == "int8wo"
 
     def weight_bytes_per_param(self) -> float:
         """Bytes each quantizable weight costs resident (both copies when the phases want different forms)."""
         out = ACT_DTYPES[self.act].itemsize if self.holds_float else 0.0
+        out += 2.0 if self.holds_bf16 else 0.0
         out += 1.0 if self.holds_int8 else 0.0
         out += 1.0 if self.decode == "w8a8" else 0.0  # fbgemm keeps its own packed copy
         return out
@@ -76,8 +83,8 @@ def _registry() -> dict[str, Precision]:
             for decode in DECODE_FORMATS:
                 if act == "fp16" and (prefill, decode) != ("float", "float"):
                     continue  # fp16 is for CUDA; INT8 forms are CPU kernels
-                if act == "fp32" and decode == "int8wo":
-                    continue  # the INT8-weight kernel is fast with bf16 rows only (10 ms vs 0.8 for one MLP row)
+                if act != "fp32" and "bf16" in (prefill, decode):
+                    continue  # in bf16 activations the `bf16` form is `float`
                 name = act if prefill == decode == "float" else f"{act}-{prefill}-{decode}"
                 out[name] = Precision(name, act, prefill, decode)
     out["int8"] = out["fp32-w8a8-w8a8"]
@@ -115,12 +122,14 @@ class Int8Linear(torch.nn.Module):
         w = linear.weight.detach()
         self.weight = linear.weight if precision.holds_float else None
         self.bias = linear.bias
+        if precision.holds_bf16:
+            self.register_buffer("weight_bf16", w.to(torch.bfloat16), persistent=False)
         q, scale = quantize_rows(w)
         scale = scale[:, 0]
         if precision.holds_int8:
             self.register_buffer("qweight", q, persistent=False)  # [out, in] int8
             self.register_buffer("scale", scale, persistent=False)  # [out] fp32
-            self.register_buffer("scale_act", scale.to(self.act), persistent=False)
+            self.register_buffer("scale_bf16", scale.to(torch.bfloat16), persistent=False)
         self._packed = None
         if self.decode == "w8a8":  # fbgemm's dynamic linear: per-channel weights; one row = a per-token scale
             qw = torch.quantize_per_channel(w.float(), scale.double(), torch.zeros_like(scale, dtype=torch.long), 0,
@@ -142,9 +151,17 @@ class Int8Linear(torch.nn.Module):
             return (y if self.bias is None else y + self.bias)[None]
         return F.linear(rows, self.weight, self.bias)
 
+    def _bf16(self, rows: torch.Tensor) -> torch.Tensor:
+        x = rows.to(torch.bfloat16)
+        y = torch.mv(self.weight_bf16, x[0])[None] if rows.shape[0] == 1 else F.linear(x, self.weight_bf16)
+        y = y.to(rows.dtype)
+        return y if self.bias is None else y + self.bias
+
     def _prefill(self, rows: torch.Tensor) -> torch.Tensor:
         if self.prefill == "float":
             return self._float(rows)
+        if self.prefill == "bf16":
+            return self._bf16(rows)
         q, sx = quantize_rows(rows)
         y = torch._int_mm(q, self.qweight.t()).float()
         y.mul_(sx).mul_(self.scale)
@@ -154,8 +171,11 @@ class Int8Linear(torch.nn.Module):
     def _decode(self, rows: torch.Tensor) -> torch.Tensor:
         if self.decode == "float":
             return self._float(rows)
-        if self.decode == "int8wo":
-            y = torch.ops.aten._weight_int8pack_mm(rows, self.qweight, self.scale_act)
+        if self.decode == "bf16":
+            return self._bf16(rows)
+        if self.decode == "int8wo":  # its kernel is fast with bf16 rows (0.8 ms for one MLP row; fp32 rows 10 ms)
+            y = torch.ops.aten._weight_int8pack_mm(rows.to(torch.bfloat16), self.qweight, self.scale_bf16)
+            y = y.to(rows.dtype)
         else:
             y = torch.ops.quantized.linear_dynamic(rows.float(), self._packed, True).to(rows.dtype)
         return y if self.bias is None else y + self.bias

@@ -126,9 +126,11 @@ def cache_path(shapes: Shapes) -> Path:
 def cached_timings(shapes: Shapes, progress: Callable[[str], None] = lambda _: None) -> tuple[Timings, str]:
     """Timings from the cache, or measured now and cached; with where they came from."""
     path = cache_path(shapes)
+    wanted = {f"{act}/{phase}/{form}" for phase in ("prefill", "decode") for act, form in _forms(phase)}
     try:
         data = json.loads(path.read_text())
-        return data["timings"], f"measured {data['date']} on {data['cpu']} (cached: {path})"
+        if wanted <= set(data["timings"]):  # a newer registry's forms are measured anew
+            return data["timings"], f"measured {data['date']} on {data['cpu']} (cached: {path})"
     except (OSError, ValueError, KeyError):
         pass
     timings = measure(shapes, progress=progress)
@@ -203,7 +205,7 @@ def choose(timings: Timings, shapes: Shapes, reasons: dict[str, str], source: st
              f"decoded tokens, {shapes.layers} layers):"]  # fmt: skip
     for ms, name, _, weights, why in sorted(rows):
         mark = "->" if name == best[1] else "  "
-        lines.append(f"  {mark} {name:<10} {ms:8.0f} ms ({fp32 / ms:4.2f}x fp32)  weights {weights / 2**30:4.1f} GiB"
+        lines.append(f"  {mark} {name:<17} {ms:8.0f} ms ({fp32 / ms:4.2f}x fp32)  weights {weights / 2**30:4.1f} GiB"
                      f"  {why}")  # fmt: skip
     lines.append(f"  per phase, ms per layer: prefill ({CHUNK} rows) " +
                  ", ".join(f"{k}={v:.1f}" for k, v in sorted(timings.items()) if "/prefill/" in k) +

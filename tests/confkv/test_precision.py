@@ -87,7 +87,7 @@ SHAPES = Shapes(((64, 64), (64, 16), (64, 16), (64, 64), (64, 256), (64, 256), (
 TIMINGS = {  # ms per layer, as `measure` writes them
     "fp32/prefill/float": 400.0, "fp32/prefill/w8a8": 100.0, "fp32/decode/float": 23.0, "fp32/decode/w8a8": 7.0,
     "bf16/prefill/float": 80.0, "bf16/prefill/w8a8": 120.0, "bf16/decode/float": 26.0, "bf16/decode/int8wo": 15.0,
-    "bf16/decode/w8a8": 7.5,
+    "bf16/decode/w8a8": 7.5, "fp32/prefill/bf16": 95.0, "fp32/decode/bf16": 21.0, "fp32/decode/int8wo": 10.0,
 }  # fmt: skip
 
 
@@ -98,8 +98,10 @@ def test_auto_chooses_the_fastest_allowed_precision_and_says_why():
     assert "no decision-agreement record" in "\n".join(choice.lines) and "injected" in choice.lines[0]
     every = {name: "ok" for name in PRECISIONS}
     assert choose(TIMINGS, SHAPES, every, "injected").precision.name == "bf16-float-w8a8"  # per phase: bf16 + w8a8
-    slow_bf16 = {**TIMINGS, "bf16/prefill/float": 900.0, "bf16/prefill/w8a8": 900.0}
+    slow_bf16 = {**TIMINGS, "bf16/prefill/float": 900.0, "bf16/prefill/w8a8": 900.0, "fp32/prefill/bf16": 900.0}
     assert choose(slow_bf16, SHAPES, every, "x").precision.name == "fp32-w8a8-w8a8"  # another machine, another pick
+    fp32_residual = {n: "ok" if n.startswith("fp32") else "not: rejected" for n in PRECISIONS}
+    assert choose(TIMINGS, SHAPES, fp32_residual, "x").precision.name == "fp32-bf16-w8a8"  # bf16 units, fp32 stream
     lines = "\n".join(choose(TIMINGS, SHAPES, every, "x").lines)
     assert "-> bf16-float-w8a8" in lines and "fp32/prefill/float=400.0" in lines
 
