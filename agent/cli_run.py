@@ -61,7 +61,7 @@ def check_db_path(db: Path) -> None:
 
 
 def _validate(policies: list[str], overrides: list[str] | None, model: str, db: Path | None = None) -> dict[str, str]:
-    from agent.batch import SCRIPTED, check_policy_names
+    from agent.worker import SCRIPTED, check_policy_names
     from confkv.models import UnknownModelError
     from confkv.policies import PolicyError, parse_overrides
 
@@ -79,7 +79,7 @@ def _validate(policies: list[str], overrides: list[str] | None, model: str, db: 
 
 def _agent_dtype(name: str, int8: bool, policies: list[str], model: str) -> str:
     """The concrete precision of this run (printed once; `auto` measured only when a model will be loaded)."""
-    from agent.batch import SCRIPTED
+    from agent.worker import SCRIPTED
 
     if int8:
         return "int8"  # the old flag: W8A8 Linear layers, fp32 activations
@@ -178,7 +178,7 @@ def register(app: typer.Typer) -> None:
         from rich.live import Live
 
         from agent.actions import parse_action
-        from agent.batch import AgentSettings, Worker, run_config
+        from agent.worker import AgentSettings, Worker, run_config
         from envs.taskspec import TaskSpecError, load_task
 
         if max_steps is None:
@@ -242,8 +242,9 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from agent.batch import AgentSettings, run_batch
+        from agent.batch import run_batch
         from agent.suites import select_tasks
+        from agent.worker import AgentSettings
         from envs.taskspec import TaskSpecError
         from traces.summary import summary_table
 

@@ -238,6 +238,7 @@ def breakdown_command(
 ) -> None:
     """Free-running results by site, difficulty and memory span; step cost, prefilled vs re-sent tokens; and why
     each failed episode failed (navigation, grounding, memory, format, ...; `traces.failures`), with trace ids."""
+    from agent.actions import parse_action
     from envs import TASKS_DIR
     from envs.taskspec import TaskSpecError, load_tasks
     from traces.breakdown import breakdown, breakdown_markdown
@@ -248,7 +249,7 @@ def breakdown_command(
         raise _fail(f"cannot load the tasks: {exc}") from None
     run_ids = _ids(run, "run", db)
     with _open(db) as store:
-        data = breakdown(store, loaded, run_ids=run_ids, model=model, across_runs=across_runs)
+        data = breakdown(store, loaded, run_ids=run_ids, model=model, across_runs=across_runs, parse_step=parse_action)
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     elif not data["overall"]:

@@ -37,7 +37,7 @@ _SPACE = re.compile(r"\s+")
 # (`link 'X'` > `img 'X'` keeps the link: that line is what the agent acts on).
 ECHO_CONTAINERS = {"heading", "cell", "gridcell", "rowheader", "columnheader", "listitem", "paragraph"}
 #: Whether live observations and the demonstrations are compact (`compact_entries`). Part of the agent: a run
-#: records it through the demonstrations' hash (`agent.batch.agent_identity`).
+#: records it through the demonstrations' hash (`agent.worker.agent_identity`).
 COMPACT = False
 LABEL_NAME_CHARS = 48  # a label longer than this is cut at a word: copying a whole paragraph costs decode steps
 

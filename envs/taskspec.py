@@ -315,19 +315,6 @@ def load_tasks(dir_or_files: str | Path | Iterable[str | Path], parse_step: Step
     return sorted((task for _, task, _ in results if task is not None), key=lambda t: t.task_id)
 
 
-def from_webarena(config: dict[str, Any], source: str | None = None) -> Task:
-    """Import one WebArena/VWA config (mapping rules in `envs.webarena_import`)."""
-    from envs.webarena_import import from_webarena as _from_webarena
-
-    return _from_webarena(config, source)
-
-
-def load_webarena_json(path: str | Path) -> list[Task]:
-    """Import a WebArena/VWA JSON file of configs (mapping rules in `envs.webarena_import`)."""
-    from envs.webarena_import import load_webarena_json as _load
-
-    return _load(path)
-
 __all__ = [
     "PLACEHOLDERS",
     "Contents",
@@ -335,10 +322,8 @@ __all__ = [
     "HtmlCheck",
     "Task",
     "TaskSpecError",
-    "from_webarena",
     "load_task",
     "load_tasks",
-    "load_webarena_json",
     "task_files",
     "validate_files",
 ]

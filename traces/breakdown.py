@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from statistics import fmean, median
 from typing import TYPE_CHECKING, Any
 
-from traces.failures import CATEGORIES, Failure, classify_all
+from traces.failures import CATEGORIES, Failure, StepParser, classify_all
 from traces.summary import final_attempts, summarize, unfinished
 
 if TYPE_CHECKING:
@@ -90,10 +90,11 @@ def policy_costs(episodes: Iterable[Mapping[str, Any]], steps_of: Any) -> dict[s
 
 
 def breakdown(store: TraceStore, tasks: Iterable[Task], *, run_ids: Iterable[int] | None = None,
-              model: str | None = None, across_runs: bool = False) -> dict[str, Any]:  # fmt: skip
+              model: str | None = None, across_runs: bool = False,
+              parse_step: StepParser | None = None) -> dict[str, Any]:  # fmt: skip
     """Everything `traces breakdown` prints, as JSON-ready data (free-running runs only; tasks not in `tasks`
     are left out, e.g. MiniWoB++ episodes). `across_runs`: each (task, policy) once over all runs
-    (`final_attempts`)."""
+    (`final_attempts`). `parse_step`: the runner's action parser, for the final answers (`failures.final_answer`)."""
     by_id = {str(t.task_id): t for t in tasks}
     rows = [e for e in store.episodes(run_ids=run_ids, model=model) if e["mode"] != "forced"]
     finals = [r for r in final_attempts(rows, across_runs) if str(r["task_id"]) in by_id]
@@ -111,7 +112,7 @@ def breakdown(store: TraceStore, tasks: Iterable[Task], *, run_ids: Iterable[int
         for row in finals:
             values.setdefault(task_group(by_id[str(row["task_id"])], grouping), []).append(row)
         groups[grouping] = {value: _group_json(members) for value, members in sorted(values.items())}
-    failures = classify_all(by_id, finals, steps_of)
+    failures = classify_all(by_id, finals, steps_of, parse_step)
     return {
         "overall": _group_json(finals),
         "costs": {p: asdict(c) for p, c in policy_costs(finals, steps_of).items()},

@@ -23,7 +23,8 @@ observation truncated, lands in `navigation`. The breakdown says where to look; 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -51,17 +52,31 @@ class Failure:
     detail: str
 
 
-def final_answer(steps: Sequence[Mapping[str, Any]]) -> str | None:
-    """The text of the episode's `stop [...]` action (None if the agent never stopped): a stop ends an episode, so
-    only the last step can hold it."""
-    from agent.actions import ActionParseError, parse_action
+# The stop action as the trace's `action` column stores it: the canonical text `Action.to_text()` writes,
+# `stop [answer]` (the answer is everything inside the outermost brackets), `stop []` or `stop`.
+_STOP_RE = re.compile(r"^\s*stop\s*(?:\[(?P<answer>.*)\])?\s*$", re.DOTALL | re.IGNORECASE)
+StepParser = Callable[[str], Any]  # the runner's action parser (`agent.actions.parse_action`): `.verb`, `.answer`
 
+
+def stop_answer(text: str) -> str | None:
+    """The answer of a stored canonical stop action (None for any other action)."""
+    m = _STOP_RE.match(text)
+    return None if m is None else (m["answer"] or "").strip()
+
+
+def final_answer(steps: Sequence[Mapping[str, Any]], parse_step: StepParser | None = None) -> str | None:
+    """The text of the episode's `stop [...]` action (None if the agent never stopped): a stop ends an episode, so
+    only the last step can hold it. `parse_step` (the runner's parser, which also finds an action inside a raw
+    reply) is passed in by the caller, so traces need not import the agent; without it the stored canonical text
+    is read (`stop_answer`)."""
     if not steps:
         return None
     text = steps[-1].get("action") or steps[-1].get("raw_output") or ""
+    if parse_step is None:
+        return stop_answer(text)
     try:
-        action = parse_action(text)
-    except ActionParseError:
+        action = parse_step(text)
+    except ValueError:  # (agent.actions.ActionParseError)
         return None
     return (action.answer or "") if action.verb == "stop" else None
 
@@ -97,11 +112,12 @@ def _path(url: str) -> str:
     return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
-def classify(task: Task, episode: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> Failure | None:
-    """The failure category of one finished episode (None if it succeeded)."""
+def classify(task: Task, episode: Mapping[str, Any], steps: Sequence[Mapping[str, Any]],
+             parse_step: StepParser | None = None) -> Failure | None:  # fmt: skip
+    """The failure category of one finished episode (None if it succeeded); `parse_step`: see `final_answer`."""
     if episode["status"] == "done" and episode.get("success"):
         return None
-    answer = final_answer(steps)
+    answer = final_answer(steps, parse_step)
 
     def failure(category: str, detail: str) -> Failure:
         return Failure(int(episode["id"]), str(episode["task_id"]), str(episode["policy"]), category,
@@ -137,14 +153,14 @@ def _steps(seen: list[list[int]]) -> str:
 
 
 def classify_all(tasks: Mapping[str, Task], episodes: Iterable[Mapping[str, Any]],
-                 steps_of: Any) -> list[Failure]:  # fmt: skip
+                 steps_of: Any, parse_step: StepParser | None = None) -> list[Failure]:  # fmt: skip
     """Failures of `episodes` (final attempts) whose task is in `tasks`; `steps_of(episode_id)` reads the steps."""
     out: list[Failure] = []
     for ep in episodes:
         task = tasks.get(str(ep["task_id"]))
         if task is None or (ep["status"] == "done" and ep.get("success")):  # successes need no steps read
             continue
-        found = classify(task, ep, steps_of(int(ep["id"])))
+        found = classify(task, ep, steps_of(int(ep["id"])), parse_step)
         if found is not None:
             out.append(found)
     return out

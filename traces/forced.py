@@ -18,6 +18,8 @@ from typing import Any
 
 import sqlite_utils
 
+from traces.plots import byte_scale, policy_colors, save_figure
+
 BASELINE = "full"
 BROKEN_PREFIX = "broken reference trajectory: "
 
@@ -190,8 +192,6 @@ def plot_frontier(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     (`common_tasks`), so each point averages the same tasks."""
     from matplotlib.figure import Figure
 
-    from traces.report import _byte_scale, _save, policy_colors
-
     rows = common_tasks(rows)
     base = {r["task_id"]: r for r in rows if r["policy"] == BASELINE and not r["broken"]}
     ok = [r for r in rows if not r["broken"] and r["task_id"] in base and r["answer_nll"] is not None
@@ -199,7 +199,7 @@ def plot_frontier(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
           and base[r["task_id"]]["trajectory_sha"] == r["trajectory_sha"]]  # fmt: skip
     if not ok:
         raise ValueError("no forced results paired with `full` to plot")
-    divisor, unit = _byte_scale(r["peak_kv_bytes"] or 0 for r in ok)
+    divisor, unit = byte_scale(r["peak_kv_bytes"] or 0 for r in ok)
     colors = policy_colors({r["base_policy"] for r in ok})
     fig = Figure(figsize=(11, 8))
     for i, span in enumerate(("long", "short")):
@@ -222,7 +222,7 @@ def plot_frontier(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8)
     fig.suptitle("Trajectory-forced memory frontier: answer ΔNLL vs KV bytes")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def record_forced(store: Any, episode_id: int, result: Mapping[str, Any], tokens: Iterable[Mapping[str, Any]]) -> None:

@@ -21,33 +21,10 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from traces.forced import forced_rows, plot_frontier
+from traces.plots import byte_scale, policy_colors, save_figure
 from traces.replay import budget_expansions
 from traces.store import TraceStore
-from traces.summary import BASELINE_POLICY, final_attempts, summarize
-
-_PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
-
-
-def policy_colors(policies: Iterable[str]) -> dict[str, str]:
-    """The same colour for a policy in every plot: baseline first, then alphabetical."""
-    order = sorted(set(policies), key=lambda p: (p != BASELINE_POLICY, p))
-    return {p: _PALETTE[i % len(_PALETTE)] for i, p in enumerate(order)}
-
-
-def _byte_scale(values: Iterable[float]) -> tuple[float, str]:
-    """Divisor and unit so the largest value reads naturally."""
-    top = max(values, default=0)
-    for divisor, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if top >= divisor:
-            return float(divisor), unit
-    return 1.0, "B"
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+from traces.summary import final_attempts, summarize
 
 
 def plot_confidence_budget(store: TraceStore, episode_id: int, path: Path) -> Path:
@@ -86,7 +63,7 @@ def plot_confidence_budget(store: TraceStore, episode_id: int, path: Path) -> Pa
     more = budget_ax.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], loc="lower left", fontsize=8)
     ax.set_title(f"episode {episode_id}: {episode['task_id']} / {episode['policy']} ({episode['model']})")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_kv_by_policy(
@@ -100,7 +77,7 @@ def plot_kv_by_policy(
                 per_policy.setdefault(ep["policy"], {}).setdefault(step["step"], []).append(step["kv_bytes"])
     if not per_policy:
         raise ValueError("no steps with kv_bytes to plot")
-    divisor, unit = _byte_scale(v for by_step in per_policy.values() for vs in by_step.values() for v in vs)
+    divisor, unit = byte_scale(v for by_step in per_policy.values() for vs in by_step.values() for v in vs)
     fig = Figure(figsize=(8, 4.5))
     ax = fig.add_subplot()
     colors = policy_colors(per_policy)
@@ -121,7 +98,7 @@ def plot_kv_by_policy(
     ax.set_title("KV cache size over steps (mean, min-max band)")
     ax.legend()
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_success_vs_memory(episodes: Sequence[dict[str, Any]], path: Path) -> Path:
@@ -130,7 +107,7 @@ def plot_success_vs_memory(episodes: Sequence[dict[str, Any]], path: Path) -> Pa
     if not measured:
         raise ValueError("no finished episodes with peak_kv_bytes to plot")
     summary = summarize(episodes)
-    divisor, unit = _byte_scale(e["peak_kv_bytes"] for e in measured)
+    divisor, unit = byte_scale(e["peak_kv_bytes"] for e in measured)
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
     colors = policy_colors(summary.policies)
@@ -164,7 +141,7 @@ def plot_success_vs_memory(episodes: Sequence[dict[str, Any]], path: Path) -> Pa
     ax.set_title("Success vs peak KV memory per policy")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_success_by_policy(episodes: Sequence[dict[str, Any]], path: Path) -> Path:
@@ -185,7 +162,7 @@ def plot_success_by_policy(episodes: Sequence[dict[str, Any]], path: Path) -> Pa
     ax.set_ylim(0, 1.15)
     ax.set_ylabel("success rate")
     ax.set_title("Success per policy")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def default_episodes_to_plot(store: TraceStore, run_ids: Iterable[int] | None = None, per_policy: int = 1) -> list[int]:

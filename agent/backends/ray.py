@@ -19,8 +19,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.worker import Worker
+
 if TYPE_CHECKING:
-    from agent.batch import AgentSettings, Plan
+    from agent.worker import AgentSettings, Plan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _UPLOAD_EXCLUDES = [".git", ".venv", "runs", "build", "*.sqlite", "*.safetensors", "*.gguf", "__pycache__"]
@@ -53,8 +55,6 @@ class EpisodeActor:
     """One Ray worker: a model, the sites, a scratch store; returns each episode as rows for the driver."""
 
     def __init__(self, settings: AgentSettings, site_names: Sequence[str]) -> None:
-        from agent.batch import Worker
-
         self.scratch = Path(tempfile.mkdtemp(prefix="confkv-ray-"))
         self.worker = Worker(self.scratch / "traces.sqlite", settings, list(site_names))
         self.run_ids: dict[str, int] = {}
@@ -69,7 +69,7 @@ class EpisodeActor:
             self.worker._model = load_for_inference(settings.model, settings.dtype, settings.int8)
 
     def run(self, task: Any, policy: str) -> tuple[str, dict[str, Any], dict[str, list[dict[str, Any]]]]:
-        from agent.batch import SCRIPTED, run_config
+        from agent.worker import SCRIPTED, run_config
         from traces.transfer import export_episode
 
         if policy != SCRIPTED:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from confkv.bench.kv_bytes import KVConfig
+
 # The paper's (seed) claims, quoted so every table can print our number beside theirs.
 PAPER = {
     "ppl_gap_to_full": (1.5, 2.1),  # confkv ppl - full ppl, near the footprint of a 512-token sliding window
@@ -57,8 +59,6 @@ def byte_matched_budget(model, name: str, ends: Sequence[int], target_bytes: flo
                         gated_overrides: dict[str, str], floor: int = 8) -> int:
     """The budget at which baseline `name` holds, on average over calls ending at `ends`, the resident bytes
     `target_bytes` (INT8 and slot bookkeeping counted as the cache stores them; see `KVConfig.kept_bytes`)."""
-    from confkv.bench.memory import KVConfig
-
     kv = KVConfig.from_model(model)
     int8_after = fixed_policy(name, 1 << 20, gated_overrides).int8_after  # any budget that validates
     return matched_fixed_budget(ends, target_bytes, floor, cost=lambda kept: kv.kept_bytes(kept, int8_after))

@@ -28,7 +28,7 @@ def gguf_file(name: str, progress: Progress = lambda _: None) -> Path:
     import shutil
 
     from confkv.models.fetch import fetch_gguf
-    from confkv.models.load import confkv_home
+    from confkv.models.home import confkv_home
     from confkv.models.registry import get_spec
 
     spec = get_spec(name)

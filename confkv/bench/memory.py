@@ -1,11 +1,7 @@
 """`bench memory`: KV-cache bytes of a model config after N generated tokens, full vs a Conf-KV budget trajectory.
 
-Arithmetic (batch 1), the same layout `ConfKVLayer` stores (see `kv_bytes`, tested exact against a real cache):
-- a model-dtype token: K and V, every layer and KV head: 2 * layers * kv_heads * head_dim * dtype_bytes;
-- an INT8 token: 2 * layers * kv_heads * (head_dim * 1 + 4): int8 values plus one fp32 scale per token and head
-  (`confkv.kernels.quantize_int8`);
-- every token Conf-KV keeps also carries 12 bytes per layer and KV head (its position and ranker accumulator);
-  the full cache it is compared with is a plain one, K and V only;
+Arithmetic (batch 1), the same layout `ConfKVLayer` stores (bytes per token: `confkv.bench.kv_bytes`, tested
+exact against a real cache):
 - under Conf-KV after step t: kept_t = min(kept_{t-1} + 1, budget in force), of which the newest `int8_after` stay in the
   model dtype and the rest are INT8. The transient +1 token during a step is not counted (it is < 0.2% at 512).
 The trajectory is observed in a real run: the gate's state (n_high = unsure, n_low = confident) per token from a
@@ -17,69 +13,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from confkv.bench.common import PAPER
-
-INT8_SCALE_BYTES = 4  # fp32 scale per token per KV head, for K and for V
-SLOT_BOOKKEEPING_BYTES = 12  # per token per KV head in a Conf-KV cache: int64 position + fp32 ranker accumulator
-
-
-@dataclass(frozen=True)
-class KVConfig:
-    name: str
-    layers: int
-    kv_heads: int
-    head_dim: int
-    dtype_bytes: int
-    source: str
-
-    @property
-    def fp_token_bytes(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
-
-    @property
-    def int8_token_bytes(self) -> int:
-        return 2 * self.layers * self.kv_heads * (self.head_dim + INT8_SCALE_BYTES)
-
-    def bytes(self, fp_tokens: int, int8_tokens: int = 0) -> int:
-        """K/V bytes alone (what a plain cache of `fp_tokens` holds)."""
-        return fp_tokens * self.fp_token_bytes + int8_tokens * self.int8_token_bytes
-
-    def cache_bytes(self, fp_tokens: int, int8_tokens: int = 0) -> int:
-        """What a Conf-KV cache holds for these tokens: K/V plus each slot's position and accumulator."""
-        slots = (fp_tokens + int8_tokens) * self.layers * self.kv_heads
-        return self.bytes(fp_tokens, int8_tokens) + slots * SLOT_BOOKKEEPING_BYTES
-
-    def kept_bytes(self, kept: int, int8_after: int | None = None) -> int:
-        """Resident bytes of a Conf-KV cache holding `kept` tokens per layer, the newest `int8_after` of them in the
-        model dtype and the rest INT8 (None: no INT8): the cost the benchmarks match fixed budgets on."""
-        return self.cache_bytes(*kept_split(kept, None, int8_after))
-
-    @classmethod
-    def from_model(cls, model) -> KVConfig:
-        """The KV geometry of a loaded `transformers` model (text config; head_dim derived when absent)."""
-        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        layers = getattr(cfg, "num_hidden_layers", None) or cfg.n_layer
-        heads = getattr(cfg, "num_attention_heads", None) or cfg.n_head
-        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-        dtype_bytes = next(model.parameters()).element_size()
-        return cls(type(model).__name__, int(layers), int(kv_heads), int(head_dim), dtype_bytes, "model config")
-
+from confkv.bench.kv_bytes import KVConfig, kept_split
 
 # Qwen2.5-32B(-Instruct) config.json on the Hugging Face hub: num_hidden_layers 64, num_attention_heads 40,
 # num_key_value_heads 8, hidden_size 5120 (head_dim = 5120 / 40 = 128), torch_dtype bfloat16.
 QWEN25_32B = KVConfig("Qwen2.5-32B", 64, 8, 128, 2, "Qwen/Qwen2.5-32B config.json (GQA 40 q / 8 kv heads, bf16)")
 CONFIGS = {"qwen2.5-32b": QWEN25_32B}
-
-
-def kept_split(seen: int, budget: int | None, int8_after: int | None) -> tuple[int, int]:
-    """(model-dtype tokens, INT8 tokens) a layer holds after `seen` tokens under `budget`."""
-    kept = seen if budget is None else min(seen, budget)
-    fp = kept if int8_after is None else min(kept, int8_after)
-    return fp, kept - fp
 
 
 def trajectory_bytes(

@@ -15,12 +15,9 @@ Triton is imported lazily, so this package imports and runs on machines without 
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import os
-
 import torch
 
+from confkv.kernels.backend import BACKEND_ENV, select_backend, triton_available
 from confkv.kernels.reference import reference_attention
 from confkv.kernels.segments import (
     SegmentedKV,
@@ -32,6 +29,7 @@ from confkv.kernels.segments import (
 )
 
 __all__ = [
+    "BACKEND_ENV",
     "SegmentedKV",
     "channel_scales",
     "dequantize",
@@ -42,33 +40,6 @@ __all__ = [
     "select_backend",
     "triton_available",
 ]
-
-BACKEND_ENV = "CONFKV_ATTENTION"
-_BACKENDS = ("reference", "triton")
-
-
-@functools.cache
-def triton_available() -> bool:
-    """True if `triton` is installed and imports (checked once; importing it is slow)."""
-    if importlib.util.find_spec("triton") is None:
-        return False
-    try:
-        import triton  # noqa: F401
-    except Exception:  # a broken triton install must not break the CPU path
-        return False
-    return True
-
-
-def select_backend(q: torch.Tensor) -> str:
-    """`reference` or `triton` for this query tensor, honouring the `CONFKV_ATTENTION` override."""
-    forced = os.environ.get(BACKEND_ENV, "").strip().lower()
-    if forced:
-        if forced not in _BACKENDS:
-            raise ValueError(f"{BACKEND_ENV}={forced!r}: expected one of {', '.join(_BACKENDS)}")
-        if forced == "triton" and not triton_available():
-            raise RuntimeError(f"{BACKEND_ENV}=triton but triton is not importable")
-        return forced
-    return "triton" if q.is_cuda and triton_available() else "reference"
 
 
 def segmented_attention(

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from confkv.kernels.backend import BACKEND_ENV
 from confkv.kernels.segments import SegmentedKV
 
 ENV = "CONFKV_CPU_KERNEL"
@@ -40,8 +41,6 @@ _ERROR: list[str] = []
 
 def enabled() -> bool:
     """Not turned off: neither `CONFKV_CPU_KERNEL=0` nor `CONFKV_ATTENTION=reference` (which means the reference only)."""
-    from confkv.kernels import BACKEND_ENV
-
     if os.environ.get(BACKEND_ENV, "").strip().lower() == "reference":
         return False
     return os.environ.get(ENV, "1").strip() not in ("0", "false", "no", "off")

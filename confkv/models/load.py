@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from confkv.models.fetch import Progress, fetch_gguf, no_progress
+from confkv.models.home import confkv_home
 from confkv.models.registry import MODELS, ModelSpec, get_spec
 
 if TYPE_CHECKING:
@@ -33,11 +34,6 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 
 class UnsafeWeightsError(ValueError):
     """A model directory whose weights are only available as pickled checkpoints."""
-
-
-def confkv_home() -> Path:
-    """Root of the local cache: ``$CONFKV_HOME`` or ``~/.cache/confkv-agent``."""
-    return Path(os.environ.get("CONFKV_HOME") or Path.home() / ".cache" / "confkv-agent").expanduser()
 
 
 def model_dir(name: str) -> Path:

@@ -7,7 +7,7 @@ one decode row, in the thread count the process will run with; the result is cac
 thread count and shapes under `$CONFKV_HOME/precision/`. Attention, norms and the LM head are not timed (they are the
 same work in every weight form; their dtype cost is the one thing this leaves out).
 
-The choice: among the precisions this model is allowed (`allowed`: the float ones always; an INT8 one only where a
+The choice: among the precisions this model is allowed (`allowed`: fp32 always; any other only where a
 decision-agreement record says it keeps >= 97% of fp32's greedy actions, `ACCEPTANCE`), the one whose agent step is
 fastest, a step being `STEP_PREFILL` prefilled tokens plus `STEP_DECODE` decoded tokens (run 3's median turn), and
 whose weights fit in memory. Tests inject timings (`choose`); `measure` is the only part that touches the clock.
@@ -117,7 +117,7 @@ def measure(shapes: Shapes, reps: int = 5, progress: Callable[[str], None] = lam
 
 
 def cache_path(shapes: Shapes) -> Path:
-    from confkv.models.load import confkv_home
+    from confkv.models.home import confkv_home
 
     ident = f"{cpu_model()}|torch {torch.__version__}|threads {torch.get_num_threads()}|{shapes.key()}"
     return confkv_home() / "precision" / f"{hashlib.sha256(ident.encode()).hexdigest()[:16]}.json"
@@ -143,27 +143,49 @@ def cached_timings(shapes: Shapes, progress: Callable[[str], None] = lambda _: N
     return timings, f"measured now on {cpu_model()} (cached: {path})"
 
 
-def acceptance(model_name: str | None, path: Path = ACCEPTANCE) -> dict[str, float]:
-    """precision -> agreement with fp32's greedy actions on the agent's recorded states, for `model_name`."""
-    try:
-        records = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return {p: float(r["agreement"]) for p, r in records.get(model_name or "", {}).get("precisions", {}).items()}
+def acceptance(model_name: str | None, path: Path = ACCEPTANCE) -> dict[str, dict[str, Any]]:
+    """precision -> its decision-agreement record for `model_name` (`agreement` with fp32's greedy actions on the
+    agent's recorded states, `states` replayed, `planned` states of the full sample): the shipped file, overlaid by
+    this machine's `$CONFKV_HOME/precision/acceptance.json` (what `bench decisions --record` writes)."""
+    from confkv.models.home import confkv_home
+
+    out: dict[str, dict[str, Any]] = {}
+    for source in (path, confkv_home() / "precision" / "acceptance.json"):
+        try:
+            records = json.loads(source.read_text())
+        except (OSError, ValueError):
+            continue
+        for name, record in records.get(model_name or "", {}).get("precisions", {}).items():
+            out[PRECISIONS[name].name if name in PRECISIONS else name] = record  # `int8` is fp32-w8a8-w8a8
+    return out
+
+
+def verdict(record: dict[str, Any]) -> tuple[bool, str]:
+    """(accepted, why) for one record: accepted only when every planned state was replayed and >= 97% agree; a
+    partial record is already rejected when even agreement on every remaining state could not reach 97%."""
+    agree, states = float(record["agreement"]), int(record.get("states", 0))
+    planned = int(record.get("planned", states))
+    text = f"agreement {agree:.1%} with fp32's greedy actions on {states} states"
+    if states >= planned:
+        return agree >= MIN_AGREEMENT, text if agree >= MIN_AGREEMENT else f"not: {text}"
+    best = (round(agree * states) + planned - states) / planned
+    if best < MIN_AGREEMENT:
+        return False, f"not: {text} of {planned} (at most {best:.1%} reachable)"
+    return False, f"not: pending ({text} of {planned} so far)"
 
 
 def allowed(model_name: str | None, path: Path = ACCEPTANCE) -> dict[str, str]:
-    """precision -> why it may (or may not: the reason starts with 'not') be chosen for this model."""
-    agree = acceptance(model_name, path)
+    """precision -> why it may (or may not: the reason starts with 'not') be chosen for this model. Only fp32, the
+    reference, needs no record: bf16 moves the residual stream too, and on the 1.5B that alone flips decisions."""
+    records = acceptance(model_name, path)
     out = {}
     for name, p in PRECISIONS.items():
         if name != p.name:
             continue
-        if name in agree:
-            ok = agree[name] >= MIN_AGREEMENT
-            out[name] = f"{'' if ok else 'not: '}agreement {agree[name]:.1%} with fp32's greedy actions"
-        elif p.is_float:
-            out[name] = "a float precision"
+        if name == "fp32":
+            out[name] = "the reference"
+        elif name in records:
+            out[name] = verdict(records[name])[1]
         else:
             out[name] = "not: no decision-agreement record for this model"
     return out

@@ -11,8 +11,8 @@ from typing import Any
 
 from flask import Flask, abort, flash, redirect, render_template, request, url_for
 
-from envs.classifieds.app import current_user, db, login_required, owned_listing
 from envs.classifieds.browse import CONDITIONS, LISTING_COLUMNS
+from envs.classifieds.web import current_user, db, login_required, owned_listing
 
 MAX_TITLE = 120
 MAX_TEXT = 4000

@@ -2,51 +2,24 @@
 
 The app keeps no state in memory: every request opens its own sqlite3 connection to `db_path`, so the episode reset
 (which overwrites the database file) takes effect on the very next request. Routes live in `browse.py` (public pages)
-and `account.py` (pages that need a signed-in user); this module holds what both share: the connection, the current
-user, the login gate and the template filters.
+and `account.py` (pages that need a signed-in user); what both share (the connection, the current user, the login
+gate, the owner check) lives in `web.py`; this module builds the app (sign-in pages, template filters) and registers
+the route modules.
 """
 
 from __future__ import annotations
 
 import pathlib
-import sqlite3
 from typing import Any
 
-from flask import Flask, abort, current_app, redirect, render_template, request, url_for
+from flask import Flask, redirect, render_template, request
 
 from envs import webapp
+from envs.classifieds import account, browse
 from envs.classifieds.seed import hash_password
+from envs.classifieds.web import current_user, db, safe_next
 
-PAGE_SIZE = 20
 PRICE_UNITS = {"housing": "per month", "jobs": "per hour"}
-
-
-def db() -> sqlite3.Connection:
-    """The request's connection, opened on first use and closed at teardown."""
-    return webapp.request_db(lambda: webapp.open_db(current_app.config["DB_PATH"]))
-
-
-def current_user() -> sqlite3.Row | None:
-    """The signed-in user; a session whose account vanished (e.g. after a reset to another seed) is forgotten."""
-    return webapp.session_user(db, forget_stale=True)
-
-
-login_required = webapp.login_guard(current_user, "login")
-
-
-def safe_next(target: str | None) -> str:
-    """Only follow local paths after login, never another host."""
-    return webapp.safe_next(target, url_for("home"))
-
-
-def owned_listing(listing_id: int) -> sqlite3.Row:
-    """The active listing `listing_id` if the signed-in user owns it; 404 if missing, 403 if someone else's."""
-    row = db().execute("SELECT * FROM listings WHERE id = ? AND status = 'active'", (listing_id,)).fetchone()
-    if row is None:
-        abort(404)
-    if row["seller_id"] != current_user()["id"]:
-        abort(403)
-    return row
 
 
 def money(cents: int) -> str:
@@ -75,8 +48,6 @@ def _register_auth(app: Flask) -> None:
 
 def create_app(db_path: pathlib.Path) -> Flask:
     """Build the classifieds app serving the database at `db_path` (built by `seed.build_db`)."""
-    from envs.classifieds import account, browse
-
     db_path = pathlib.Path(db_path)
     if not db_path.exists():
         raise FileNotFoundError(f"classifieds database {db_path} does not exist; build it with seed.build_db first")

@@ -9,7 +9,7 @@ from typing import Any
 from flask import Flask, abort, render_template, request, url_for
 
 from envs import webapp
-from envs.classifieds.app import PAGE_SIZE, current_user, db
+from envs.classifieds.web import PAGE_SIZE, current_user, db
 
 SORTS = {
     "newest": ("Newest first", "l.posted_at DESC, l.id DESC"),

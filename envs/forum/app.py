@@ -1,41 +1,21 @@
 """Flask application factory for the forum site (a Postmill/Reddit-like board).
 
-Owns the per-request database connection, the session (login/logout) and the `login_required` guard; the pages
-themselves live in `browse.py` (reading) and `posting.py` (everything that changes state).
+Builds the app (sessions, error pages, sign-in and sign-out) and registers the pages, which live in `browse.py`
+(reading) and `posting.py` (everything that changes state); what they share (the per-request connection, the
+`login_required` guard, `require`) lives in `web.py`.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
-from flask import Flask, abort, g, redirect, render_template, request
+from flask import Flask, g, redirect, render_template, request
 from werkzeug.exceptions import Forbidden
 from werkzeug.security import check_password_hash
 
 from envs import webapp
-from envs.forum import db
-
-
-def get_db() -> sqlite3.Connection:
-    """One connection per request, opened lazily and closed on teardown."""
-    return webapp.request_db(lambda: db.connect(g.db_path))
-
-
-def safe_next(target: str | None, default: str = "/") -> str:
-    """Only same-site relative paths may be redirect targets (no open redirects to other origins)."""
-    return webapp.safe_next(target, default)
-
-
-def _login_next() -> str:
-    """POSTs come back to the page named by their `next` field (the form's page), other requests to themselves."""
-    if request.method == "POST":
-        return safe_next(request.form.get("next"), request.path)
-    return webapp.current_path()
-
-
-# Send anonymous visitors to /login?next=<where they were going>.
-login_required = webapp.login_guard(lambda: g.user, "login", _login_next)
+from envs.forum import browse, db, posting
+from envs.forum.web import get_db, safe_next
 
 
 def create_app(db_path: Path) -> Flask:
@@ -70,8 +50,6 @@ def create_app(db_path: Path) -> Flask:
         text = err.description if ours else "You can only edit your own threads and comments."
         return render_template("message.html", heading="Not allowed", text=text), 403
 
-    from envs.forum import browse, posting
-
     _register_auth(app)
     browse.register(app)
     posting.register(app)
@@ -100,8 +78,3 @@ def _register_auth(app: Flask) -> None:
     def logout():
         return webapp.sign_out("front_page")
 
-
-def require(condition: object) -> None:
-    """404 unless `condition` holds: shared by views that look up a thread, forum, comment or user."""
-    if not condition:
-        abort(404)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Flask, g, redirect, render_template, request, url_for
 
 from envs.forum import db
-from envs.forum.app import get_db, require
+from envs.forum.web import get_db, require
 
 
 def _page_arg() -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from flask import Flask, abort, flash, g, redirect, render_template, request, url_for
 
 from envs.forum import db
-from envs.forum.app import get_db, login_required, require, safe_next
+from envs.forum.web import get_db, login_required, require, safe_next
 
 MAX_TITLE = 200
 MAX_BODY = 10_000

@@ -9,7 +9,8 @@ import pytest
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'confkv-agent[ray]'); scripts/test.sh installs it")
 
 from agent.backends.ray import init_ray  # noqa: E402
-from agent.batch import AgentSettings, run_batch  # noqa: E402
+from agent.batch import run_batch  # noqa: E402
+from agent.worker import AgentSettings  # noqa: E402
 from envs.taskspec import load_task  # noqa: E402
 from traces.store import TraceStore  # noqa: E402
 

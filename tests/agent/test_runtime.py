@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.batch import AgentSettings, run_batch
+from agent.batch import run_batch
 from agent.episode import run_episode
 from agent.model_policy import ModelAgent, ScriptedAgent
+from agent.worker import AgentSettings
 from envs.taskspec import load_task
 from traces.store import TraceStore
 
@@ -174,7 +175,8 @@ def test_a_model_error_is_recorded_as_an_error_episode_and_the_browser_is_gone(m
 
 
 def test_the_run_key_names_the_agent_so_a_resume_never_mixes_two_agents(monkeypatch):
-    from agent import batch, model_policy, prompt
+    from agent import model_policy, prompt
+    from agent import worker as batch  # the run key and the Worker live in agent.worker
 
     settings = AgentSettings(model="m", max_steps=15, dtype="bf16")
     _, config = batch.run_config("full", settings)
@@ -187,7 +189,7 @@ def test_the_run_key_names_the_agent_so_a_resume_never_mixes_two_agents(monkeypa
 
 
 def test_the_worker_hands_freed_heap_back_after_every_episode_even_a_failed_one(monkeypatch, mug_task):
-    from agent import batch
+    from agent import worker as batch  # the Worker and trim_heap live in agent.worker
 
     assert batch.trim_heap() is True  # glibc (Linux): malloc_trim is there and runs
     trims = []

@@ -91,10 +91,11 @@ TIMINGS = {  # ms per layer, as `measure` writes them
 }  # fmt: skip
 
 
-def test_auto_chooses_the_fastest_allowed_precision_and_says_why():
-    floats_only = allowed(None)
-    choice = choose(TIMINGS, SHAPES, floats_only, "injected")
-    assert choice.precision.name == "bf16"  # no INT8 form without a decision-agreement record
+def test_auto_chooses_the_fastest_allowed_precision_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONFKV_HOME", str(tmp_path))
+    no_records = allowed(None)
+    choice = choose(TIMINGS, SHAPES, no_records, "injected")
+    assert choice.precision.name == "fp32"  # nothing but the reference without a decision-agreement record
     assert "no decision-agreement record" in "\n".join(choice.lines) and "injected" in choice.lines[0]
     every = {name: "ok" for name in PRECISIONS}
     assert choose(TIMINGS, SHAPES, every, "injected").precision.name == "bf16-float-w8a8"  # per phase: bf16 + w8a8
@@ -113,15 +114,31 @@ def test_weights_that_do_not_fit_are_not_chosen():
     assert choice.precision.name != "bf16-float-w8a8" and "exceed" in "\n".join(choice.lines)
 
 
-def test_acceptance_records_gate_the_int8_forms(tmp_path):
+def test_acceptance_records_gate_every_precision_but_the_reference(tmp_path, monkeypatch):
+    from confkv.models.precision_choice import verdict
+
+    monkeypatch.setenv("CONFKV_HOME", str(tmp_path / "home"))
     path = tmp_path / "acceptance.json"
-    path.write_text(json.dumps({"m": {"precisions": {"bf16-float-w8a8": {"agreement": 0.99},
-                                                     "int8": {"agreement": 0.9}}}}))  # fmt: skip
-    assert acceptance("m", path) == {"bf16-float-w8a8": 0.99, "int8": 0.9}
+    path.write_text(json.dumps({"m": {"precisions": {"bf16-float-w8a8": {"agreement": 0.99, "states": 100},
+                                                     "int8": {"agreement": 0.9, "states": 100}}}}))  # fmt: skip
+    assert set(acceptance("m", path)) == {"bf16-float-w8a8", "fp32-w8a8-w8a8"}
     reasons = allowed("m", path)
     assert not reasons["bf16-float-w8a8"].startswith("not") and reasons["fp32-w8a8-w8a8"].startswith("not")
-    assert reasons["fp32"] == "a float precision" and allowed("other", path)["bf16-float-w8a8"].startswith("not")
+    assert reasons["fp32"] == "the reference" and reasons["bf16"].startswith("not: no decision-agreement record")
+    assert allowed("other", path)["bf16-float-w8a8"].startswith("not")
     assert choose(TIMINGS, SHAPES, reasons, "x").precision.name == "bf16-float-w8a8"
+    # a partial replay: pending while 97% is still reachable, rejected once it is not, never accepted early
+    assert verdict({"agreement": 1.0, "states": 60, "planned": 144}) == (False, verdict(
+        {"agreement": 1.0, "states": 60, "planned": 144})[1]) and "pending" in verdict(
+        {"agreement": 1.0, "states": 60, "planned": 144})[1]  # fmt: skip
+    rejected = verdict({"agreement": 0.9, "states": 60, "planned": 144})
+    assert rejected[0] is False and "at most 95.8% reachable" in rejected[1]
+    assert verdict({"agreement": 0.975, "states": 144, "planned": 144})[0] is True
+    # this machine's records (bench decisions --record) overlay the shipped ones
+    (tmp_path / "home" / "precision").mkdir(parents=True)
+    (tmp_path / "home" / "precision" / "acceptance.json").write_text(
+        json.dumps({"m": {"precisions": {"int8": {"agreement": 0.98, "states": 100}}}}))
+    assert not allowed("m", path)["fp32-w8a8-w8a8"].startswith("not")
 
 
 def test_timings_are_measured_once_per_machine_and_cached(tmp_path, monkeypatch):
@@ -158,10 +175,12 @@ def test_resolve_precision_names_and_auto():
     original = pc.cached_timings
     try:
         pc.cached_timings = lambda shapes, progress=None: (dict(TIMINGS), "injected")
+        pc_allowed = pc.allowed
+        pc.allowed = lambda name: {n: "ok" for n in PRECISIONS}
         precision, lines = resolve_precision("auto", "cpu", config=tiny_config("qwen2"))
     finally:
-        pc.cached_timings = original
-    assert precision.name == "bf16" and lines[0].startswith("precision auto: injected")
+        pc.cached_timings, pc.allowed = original, pc_allowed
+    assert precision.name == "bf16-float-w8a8" and lines[0].startswith("precision auto: injected")
 
 
 def test_layer_errors_rank_each_linear_by_its_int8_error():

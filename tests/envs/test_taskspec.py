@@ -10,13 +10,8 @@ import pytest
 
 from agent.actions import parse_action
 from envs.evaluators import evaluate
-from envs.taskspec import (
-    TaskSpecError,
-    from_webarena,
-    load_task,
-    load_tasks,
-    load_webarena_json,
-)
+from envs.taskspec import TaskSpecError, load_task, load_tasks
+from envs.webarena_import import from_webarena, load_webarena_json
 
 GOOD = """\
 task_id: 12
