@@ -36,10 +36,16 @@ def decisions(
                              "--out): one process per precision"),  # fmt: skip
     out: str = typer.Option("runs/decisions", "--out", help="directory of the per-configuration JSONL files"),
     report: str = typer.Option("", "--report", help="also write the agreement report JSON here"),
+    reference: str = typer.Option("", "--reference", help="'recorded': compare with the run's recorded actions "
+                                  "(only if the run is this agent in fp32 under the first policy; fp32 need not be "
+                                  "replayed); default: the first --dtypes entry's replay"),  # fmt: skip
+    record: bool = typer.Option(False, "--record", help="write each precision's agreement (first policy) to "
+                                "$CONFKV_HOME/precision/acceptance.json, which --dtype auto reads"),  # fmt: skip
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Replay the agent's recorded states under each precision x KV policy; greedy-action agreement per site."""
-    from agent.decisions import agreement, done_episodes, results_path, run_replays, select_episodes
+    from agent import decisions as d
+    from agent.decisions import agreement, done_episodes, results_path
     from agent.model_policy import ModelAgent
     from confkv.models import load_for_inference
     from confkv.policies import get_policy
@@ -50,8 +56,18 @@ def decisions(
     kv = _split(policies)
     for name in kv:
         get_policy(name)  # an unknown name fails before any model is loaded
+    if reference not in ("", "recorded"):
+        raise typer.BadParameter("expected 'recorded' or nothing", param_hint="--reference")
+    if reference == "recorded":
+        from agent.worker import agent_identity
+
+        why = d.recorded_reference(db, run, kv[0], agent_identity(reasoning=False))
+        if why is None:
+            raise typer.BadParameter(f"run {run} is not this agent in fp32 under {kv[0]}: its recorded actions are "
+                                     "not fp32's decisions; replay fp32 instead", param_hint="--reference")  # fmt: skip
+        typer.echo(f"reference: {why}", err=True)
     intents = {str(t.task_id): t.intent for t in load_tasks(TASKS_DIR)}
-    episodes = select_episodes(db, run, states_per_site, intents)
+    episodes = d.select_episodes(db, run, states_per_site, intents)
     if not episodes:
         raise typer.BadParameter(f"run {run} of {db} has no finished episodes of the suite's tasks")
     typer.echo(f"{len(episodes)} episodes, {sum(len(e.steps) for e in episodes)} states", err=True)
@@ -67,19 +83,30 @@ def decisions(
                     loaded.extend(load_for_inference(model, precision))
                 return ModelAgent(loaded[0], loaded[1], policy, model_name=model)
 
-            run_replays(episodes, make, results_path(out, model, precision, policy),
+            d.run_replays(episodes, make, results_path(out, model, precision, policy),
                         lambda m: typer.echo(m, err=True))  # fmt: skip
     ref = done_episodes(results_path(out, model, precisions[0], kv[0]))
     rows = []
     for precision in precisions:
         for policy in kv:
             mine = done_episodes(results_path(out, model, precision, policy))
+            recorded = agreement(mine, mine, key="recorded")
             row = {"precision": precision, "policy": policy, "episodes": len(mine),
-                   "vs_reference": agreement(ref, mine), "vs_recorded": agreement(mine, mine, key="recorded"),
+                   "vs_reference": recorded if reference else agreement(ref, mine), "vs_recorded": recorded,
                    "seconds": sum(r["seconds"] for r in mine.values())}  # fmt: skip
             rows.append(row)
-    result = {"model": model, "db": str(db), "run": run, "reference": f"{precisions[0]}/{kv[0]}",
+    ref_name = f"run {run} recorded" if reference else f"{precisions[0]}/{kv[0]}"
+    result = {"model": model, "db": str(db), "run": run, "reference": ref_name,
               "episodes": [e.episode_id for e in episodes], "date": time.strftime("%Y-%m-%d"), "rows": rows}
+    if record:
+        from confkv.models.home import confkv_home
+
+        planned = sum(len(e.steps) for e in episodes)
+        records = {r["precision"]: d.acceptance_record(r, planned, ref_name, run, db) for r in rows
+                   if r["policy"] == kv[0] and r["vs_reference"]["states"]
+                   and (reference or r["precision"] != precisions[0])}  # fmt: skip
+        path = d.write_acceptance(confkv_home() / "precision" / "acceptance.json", model, records)
+        typer.echo(f"acceptance records for {', '.join(records) or 'nothing'}: {path}", err=True)
     if report:
         _save(result, str(Path(report).parent), Path(report).name)
     if as_json:

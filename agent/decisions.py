@@ -177,3 +177,49 @@ def agreement(reference: dict[int, dict[str, Any]], other: dict[int, dict[str, A
     return {"states": len(every), "agreement": sum(every) / len(every) if every else None,
             "per_site": {s: {"states": len(v), "agreement": sum(v) / len(v)} for s, v in sorted(per.items())},
             "differ": differ}  # fmt: skip
+
+
+def recorded_reference(db: str | Path, run: int, policy: str, identity: dict[str, Any]) -> str | None:
+    """Why `run`'s recorded actions may stand for fp32's greedy decisions under `policy` (None: they may not).
+
+    They may when the run was this very agent (decision rules' version and prompt hash, `identity`), in fp32, under
+    the same KV policy: then the recorded action at each state *is* fp32's greedy decision, and a candidate
+    precision is compared with it without replaying fp32 again (a replay of fp32 reproduces it; the replay's
+    `= recorded` column checks that)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = conn.execute("select policy, policy_config from runs where id = ?", (run,)).fetchone()
+    finally:
+        conn.close()
+    if row is None:
+        return None
+    config = json.loads(row[1] or "{}")
+    agent = config.get("agent", {})
+    if row[0] != policy or agent.get("dtype") != "fp32" or agent.get("reasoning"):
+        return None
+    if agent.get("version") != identity["version"] or agent.get("prompt_sha") != identity["prompt_sha"]:
+        return None
+    return f"run {run}'s recorded actions (fp32, {policy}, agent v{agent['version']} prompt {agent['prompt_sha']})"
+
+
+def acceptance_record(row: dict[str, Any], planned: int, reference: str, run: int, db: str | Path,
+                      key: str = "vs_reference") -> dict[str, Any]:  # fmt: skip
+    """One precision's decision-agreement record, as `confkv.models.precision_choice.acceptance` reads it."""
+    result = row[key]
+    return {"agreement": result["agreement"], "states": result["states"], "planned": planned,
+            "per_site": result["per_site"], "reference": reference, "policy": row["policy"],
+            "db": Path(db).name, "run": run, "date": time.strftime("%Y-%m-%d")}  # fmt: skip
+
+
+def write_acceptance(path: Path, model: str, records: dict[str, dict[str, Any]]) -> Path:
+    """Merge `records` (precision -> record) into the acceptance file at `path` under `model`; atomic."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    data.setdefault(model, {}).setdefault("precisions", {}).update(records)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+    return path

@@ -108,3 +108,32 @@ def test_episodes_are_selected_per_site_from_a_trace_db(tmp_path):
     assert select_episodes(db, run, 4, intents, episodes_per_site=1)[1].task_id == "4"
     obs = chosen[0].steps[0].observation
     assert obs.endswith("[1] link 'a'")
+
+
+def test_recorded_actions_stand_for_fp32_only_for_this_agent_and_records_feed_the_choice(tmp_path, monkeypatch):
+    from agent.decisions import acceptance_record, recorded_reference, write_acceptance
+    from confkv.models.precision_choice import acceptance, allowed
+    from traces.store import TraceStore
+
+    me = {"version": 9, "prompt_sha": "abc"}
+    db = tmp_path / "t.sqlite"
+    with TraceStore(db) as store:
+        ok = store.start_run("m", "full", {"agent": {"dtype": "fp32", **me}})
+        bf16 = store.start_run("m", "full", {"agent": {"dtype": "bf16", **me}})
+        old = store.start_run("m", "full", {"agent": {"dtype": "fp32", "version": 8, "prompt_sha": "abc"}})
+        evicting = store.start_run("m", "confkv", {"agent": {"dtype": "fp32", **me}})
+    assert "fp32, full, agent v9" in recorded_reference(db, ok, "full", me)
+    assert [recorded_reference(db, r, "full", me) for r in (bf16, old, evicting, 99)] == [None] * 4
+
+    row = {"precision": "int8", "policy": "full",
+           "vs_reference": {"agreement": 0.98, "states": 100, "per_site": {"shopping": {"states": 100}}}}
+    path = tmp_path / "home" / "precision" / "acceptance.json"
+    write_acceptance(path, "m", {"int8": acceptance_record(row, 144, "run 3 recorded", 3, db)})
+    done = {**row, "vs_reference": {**row["vs_reference"], "states": 144}}
+    write_acceptance(path, "m", {"fp32-bf16-int8wo": acceptance_record(done, 144, "run 3 recorded", 3, db)})
+    monkeypatch.setenv("CONFKV_HOME", str(tmp_path / "home"))
+    records = acceptance("m", tmp_path / "none.json")
+    assert set(records) == {"fp32-w8a8-w8a8", "fp32-bf16-int8wo"} and records["fp32-w8a8-w8a8"]["planned"] == 144
+    why = allowed("m", tmp_path / "none.json")
+    assert why["fp32-w8a8-w8a8"].startswith("not: pending") and not why["fp32-bf16-int8wo"].startswith("not")
+    assert why["bf16"].startswith("not: no decision-agreement record")
