@@ -29,7 +29,7 @@ def _assert_shown_not_sent(text: str) -> None:
 
 
 def test_escape_sequences_reach_the_run_screen_shown_not_sent(tmp_path: Path, monkeypatch) -> None:
-    from agent import batch
+    from agent import worker
     from agent.cli_run import LiveView, _print_result
     from agent.episode import EpisodeResult
     from traces.records import DecodeToken, StepRecord
@@ -44,7 +44,7 @@ def test_escape_sequences_reach_the_run_screen_shown_not_sent(tmp_path: Path, mo
     def no_worker(*args: object, **kwargs: object) -> None:
         raise Stop  # the intent line is printed; the sites and the browser are not needed to see it
 
-    monkeypatch.setattr(batch, "Worker", no_worker)
+    monkeypatch.setattr(worker, "Worker", no_worker)
     result = runner.invoke(app, ["run", str(task), "--policy", "scripted", "--db", str(tmp_path / "t.sqlite")])
     assert isinstance(result.exception, Stop), result.output
     assert "What is the price" in result.output
