@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from envs.safe_yaml import YamlLimitError, read_capped
 from envs.taskspec import NOT_ACHIEVABLE, OR_SEPARATOR, Task, TaskSpecError, build_task
 
 #: WebArena site name -> ours (None: no local counterpart).
@@ -129,13 +130,18 @@ def from_webarena(config: dict[str, Any], source: str | None = None) -> Task:
     return build_task(data, source, local=False)
 
 
+MAX_JSON_BYTES = 64 << 20  # WebArena's test.raw.json (812 configs) is ~0.8 MB
+
+
 def load_webarena_json(path: str | Path) -> list[Task]:
     """Read a WebArena/VWA JSON file (a list of configs, or one config); raise listing every bad task."""
     path = Path(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(read_capped(path, MAX_JSON_BYTES))  # a FIFO or /dev/zero named *.json is refused, not read
     except json.JSONDecodeError as exc:
         raise TaskSpecError([f"{path}:{exc.lineno}: malformed JSON: {exc.msg}"]) from None
+    except (YamlLimitError, UnicodeDecodeError) as exc:
+        raise TaskSpecError([f"{path}: refused: {exc}"]) from None
     configs = raw if isinstance(raw, list) else [raw]
     tasks, errors = [], []
     for i, config in enumerate(configs):

@@ -133,3 +133,17 @@ def test_a_placeholder_must_be_followed_by_a_path(tmp_path: Path, old: str, new:
         load_task(path)
     message = str(caught.value)
     assert "must be followed by '/', '?', '#' or nothing" in message and len(message.splitlines()) == 1, message
+
+
+def test_a_webarena_import_refuses_a_fifo_or_a_device_instead_of_reading_it(tmp_path: Path) -> None:
+    from envs.taskspec import TaskSpecError
+    from envs.webarena_import import load_webarena_json
+
+    fifo = tmp_path / "test.raw.json"
+    os.mkfifo(fifo)
+    with pytest.raises(TaskSpecError, match=r"refused: not a regular file \(a FIFO\)"):
+        load_webarena_json(fifo)  # hung before: read_text waited for a writer
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")
+    with pytest.raises(TaskSpecError, match="refused: not a regular file"):
+        load_webarena_json(zero)  # read until MemoryError before
