@@ -32,6 +32,7 @@ app = typer.Typer(
 _COMMAND_MODULES = (
     "agent.cli_models",  # models list / pull
     "agent.cli_generate",  # generate
+    "agent.cli_policies",  # policies (the registered KV policies and --set keys)
     "agent.cli_bench",  # bench decode / kernel / ppl / niah / klshift / memory / actions / dtype
     "agent.cli_bench_ablations",  # bench gate-rate / gate-vs-fixed / int8-keys
     "agent.cli_bench_agent",  # bench decisions / precision

@@ -135,8 +135,8 @@ def ppl(
     set_: list[str] = typer.Option(None, "--set", help="override of the gated policies, key=value"),
     dtype: str = dtype_option(),
     int8: bool = typer.Option(False, "--int8", help="the same as --dtype int8 (W8A8 Linear layers, fp32 activations)"),
-    policies: str = typer.Option(None, "--policies", help="comma-separated subset [all: full, sliding, h2o, confkv, "
-                                 "confkv-fixed, confkv-pyramid, confkv-noint8, random, recency, attention]"),
+    policies: str = typer.Option(None, "--policies", help="comma-separated subset [all: the policies of roles main, "
+                                 "ablation-reference and ablation in `confkv-agent policies`]"),
     out: str = typer.Option("results", "--out", help="results directory"),
     as_json: bool = typer.Option(False, "--json", help="print the results JSON"),
 ) -> None:
@@ -228,8 +228,8 @@ def niah(
     lengths: str = typer.Option(None, "--lengths", help="context lengths [1K..32K up to the model limit]"),
     depths: str = typer.Option(None, "--depths", help="needle depths in [0,1] [0,.25,.5,.75,1]"),
     needles: int = typer.Option(3, "--needles", min=1, help="trials per cell, each with its own passcode"),
-    policies: str = typer.Option(None, "--policies", help="comma-separated subset (confkv is always needed by the "
-                                 "fixed baselines) [full,sliding,h2o,confkv,confkv-fixed,confkv-pyramid]"),
+    policies: str = typer.Option(None, "--policies", help="comma-separated subset (the fixed baselines need the "
+                                 "--match policy) [role main in `confkv-agent policies`; on request: role on-request]"),
     match: str = typer.Option("confkv", "--match", help="the gated policy the fixed baselines are byte-matched to"),
     match_total: bool = typer.Option(False, "--match-total", help="match resident + cold-tier bytes (one device)"),
     set_: list[str] = typer.Option(None, "--set", help="override of the gated policies, key=value"),

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from agent.cli_options import checked_dtype, dtype_option
+from agent.cli_options import POLICY_HELP, SET_HELP, checked_dtype, dtype_option
 
 
 def _sparkline(values: list[float]) -> str:
@@ -40,9 +40,8 @@ def register(app: typer.Typer) -> None:
     def generate_cmd(
         prompt: str = typer.Argument(..., help="the prompt text"),
         model: str = typer.Option("smollm2-135m", "--model", help="registry name, HF directory or .gguf path"),
-        policy: str = typer.Option("confkv", "--policy", help="full, sliding, h2o, random, recency, attention, "
-                                                               "confkv, confkv-paper, confkv-recall, confkv-pyramid"),
-        overrides: list[str] = typer.Option(None, "--set", help="policy override key=value (repeatable)"),
+        policy: str = typer.Option("confkv", "--policy", help=POLICY_HELP),
+        overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
         max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
         chat: bool = typer.Option(False, "--chat", help="wrap the prompt in the chat template (default for chat "
                                                         "models: every named model but gemma3-270m)"),

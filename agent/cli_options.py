@@ -9,6 +9,10 @@ DTYPE_HELP = ("precision: auto|fp32|bf16|fp16|bf16-int8|bf16-w8a8|fp32-int8|int8
               "model is allowed wins (INT8 forms only with a recorded decision agreement >= 97%); what it "
               "measured and chose is printed")  # fmt: skip
 
+# The names are not listed here: they come from the registry, whose import loads torch (`confkv-agent policies`).
+POLICY_HELP = "a registered KV policy (`confkv-agent policies` lists them and their --set keys)"
+SET_HELP = "policy override key=value, repeatable (`confkv-agent policies` lists the keys and their ranges)"
+
 
 def dtype_option(default: str = "auto"):
     return typer.Option(default, "--dtype", help=DTYPE_HELP)

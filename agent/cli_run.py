@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from agent.cli_options import checked_dtype, dtype_option
+from agent.cli_options import POLICY_HELP, SET_HELP, checked_dtype, dtype_option
 from envs import TASKS_DIR
 from traces import DEFAULT_DB_PATH
 from traces.fmt import terminal_safe
@@ -25,8 +25,7 @@ DEFAULT_AGENT_MODEL = "qwen2.5-coder-1.5b"
 # The embedded default: a 3-step shopping lookup (search, open the product, answer), short enough for 2 CPU cores.
 DEFAULT_TASK = TASKS_DIR / "shopping_001.yaml"
 DEFAULT_TASK_MAX_STEPS = 8
-_POLICY_HELP = "scripted (replays the reference solution), full, sliding, h2o, random, recency, attention, confkv, " \
-               "confkv-paper, confkv-recall, confkv-pyramid"
+_POLICY_HELP = f"scripted (replays the reference solution) or {POLICY_HELP}"
 
 
 def _usage_error(message: str) -> typer.Exit:
@@ -162,7 +161,7 @@ def register(app: typer.Typer) -> None:
         task: Path = typer.Argument(None, help=f"task YAML file [default: {DEFAULT_TASK.name}, at most "
                                                f"{DEFAULT_TASK_MAX_STEPS} steps]"),
         policy: str = typer.Option("confkv", "--policy", help=_POLICY_HELP),
-        overrides: list[str] = typer.Option(None, "--set", help="policy override key=value (repeatable)"),
+        overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
         model: str = typer.Option(DEFAULT_AGENT_MODEL, "--model", help="registry name, HF directory or .gguf"),
         db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help="trace database"),
         max_steps: int = typer.Option(None, "--max-steps", min=1, help="step limit [default: 30]"),

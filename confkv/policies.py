@@ -9,8 +9,16 @@ opens on ~25% of forwards where tau = 0.5 opens on ~4-7%) nor the hysteresis gat
 ranker at a fixed budget of equal mean bytes (README, issue 12), so neither was made the default.
 `confkv-recall` adds recallable eviction: what a confident step evicts waits in a 2,048-token cold tier per layer
 (INT8, never attended), and when the gate opens the layer refills up to `n_high` with the cold tokens the current
-query scores highest, so "keep more when unsure" has something to keep. A new preset is one line in `PRESETS`; a new ranker is one
-class in `confkv.rankers` plus its `RANKERS` line, then `get_policy("confkv", {"ranker": "<name>"})`.
+query scores highest, so "keep more when unsure" has something to keep.
+
+`BASELINES` are the benchmarks' own ablations of `confkv`, registered like presets so every policy a benchmark runs
+has a name `get_policy` knows: `confkv-fixed` (the gate off at a fixed budget, which the benchmarks byte-match to
+`confkv`) and `confkv-noint8` (INT8 off: the reference whose budget trajectory the ranker ablation replays).
+`ROLES` says which registered policies each benchmark list holds; the benchmarks, the CLI and the tests read the
+names from here (`policy_names`), none types them.
+
+A new preset is one line in `PRESETS` (or `BASELINES`); a new ranker is one file in `confkv.rankers` plus its
+`RANKERS` line, then `get_policy("confkv", {"ranker": "<name>", "<its key>": "..."})`.
 """
 
 from __future__ import annotations
@@ -38,6 +46,38 @@ PRESETS: dict[str, KVPolicy] = {
     "attention": dataclasses.replace(_ABLATION, name="attention", ranking=RankerSpec("attention")),
 }
 
+BASELINES: dict[str, KVPolicy] = {
+    "confkv-fixed": dataclasses.replace(_CONFKV, name="confkv-fixed",
+                                        gate=dataclasses.replace(_CONFKV_GATE, gated=False, budget=512)),
+    "confkv-noint8": dataclasses.replace(_ABLATION, name="confkv-noint8"),
+}
+
+# Which registered policies fill each slot of the quality benchmarks (confkv.bench): "main" is their default set,
+# "fixed" the fixed-budget baselines byte-matched to the gated policy, "ablation" the rankers that replay the budget
+# trajectory of "ablation-reference" (bench ppl), "on-request" gated policies run only when named (bench niah).
+ROLES: dict[str, tuple[str, ...]] = {
+    "main": ("full", "sliding", "h2o", "confkv", "confkv-fixed", "confkv-pyramid"),
+    "fixed": ("sliding", "h2o", "confkv-fixed"),
+    "ablation": ("random", "recency", "attention"),
+    "ablation-reference": ("confkv-noint8",),
+    "on-request": ("confkv-recall", "confkv-paper"),
+}
+
+
+def registered() -> dict[str, KVPolicy]:
+    """Every policy `get_policy` knows by name: the presets, then the benchmark baselines."""
+    return {**PRESETS, **BASELINES}
+
+
+def policy_names(role: str | None = None) -> tuple[str, ...]:
+    """The registered names (all, or those of one benchmark role in the role's order)."""
+    if role is None:
+        return tuple(registered())
+    if role not in ROLES:
+        raise PolicyError(f"unknown policy role {role!r}; known: {', '.join(ROLES)}")
+    known = registered()
+    return tuple(name for name in ROLES[role] if name in known)
+
 
 def _coerce(key: str, raw: str, annotation: str) -> object:
     """Parse a `--set` value by the field's declared type."""
@@ -62,6 +102,11 @@ def _coerce(key: str, raw: str, annotation: str) -> object:
     return text
 
 
+def _type_name(annotation: object) -> str:
+    """`int` for `"int"` or `int` (a ranker module without `from __future__ import annotations` has real types)."""
+    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+
+
 AUTO_TAU_QUANTILE = 0.2  # `tau=auto` alone: the gate opens on about a fifth of forwards
 
 
@@ -78,8 +123,9 @@ def parse_overrides(items: list[str] | None) -> dict[str, str]:
 
 def get_policy(name: str, overrides: dict[str, str | object] | None = None) -> KVPolicy:
     """A preset by name with overrides (strings are parsed by the key's type) applied and checked."""
-    if name not in PRESETS:
-        raise PolicyError(f"unknown policy {name!r}; known: {', '.join(PRESETS)}")
+    known = registered()
+    if name not in known:
+        raise PolicyError(f"unknown policy {name!r}; known: {', '.join(known)}")
     keys = KVPolicy.keys()
     values: dict[str, object] = {}
     for key, value in (overrides or {}).items():
@@ -87,8 +133,8 @@ def get_policy(name: str, overrides: dict[str, str | object] | None = None) -> K
             key, value = "tau_quantile", value.strip()[5:] or str(AUTO_TAU_QUANTILE)  # tau=auto[:q]
         if key not in keys:
             raise PolicyError(f"unknown policy key {key!r}; known: {', '.join(sorted(keys))}")
-        values[key] = _coerce(key, value, str(keys[key][1].type)) if isinstance(value, str) else value
-    return PRESETS[name].with_values(**values)
+        values[key] = _coerce(key, value, _type_name(keys[key][1].type)) if isinstance(value, str) else value
+    return known[name].with_values(**values)
 
 
-__all__ = ["PRESETS", "KVPolicy", "PolicyError", "get_policy", "parse_overrides"]
+__all__ = ["BASELINES", "PRESETS", "ROLES", "KVPolicy", "PolicyError", "get_policy", "parse_overrides", "policy_names"]

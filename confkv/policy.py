@@ -9,22 +9,24 @@ Storage (`confkv.layer`, `confkv.slots`) only appends, removes and quantizes the
 (`confkv.attention`) only computes outputs and per-key mass. `ConfKVCache.end_forward` calls `KVPolicy.apply_all`
 (every layer) once per forward, after the last layer, with the budget decided from that forward's logits.
 
-Override keys (`--set key=value`) are the field names of the parts; they form one flat namespace, so
-`policy.n_low` reads `policy.gate.n_low`.
+Override keys (`--set key=value`) are the field names of the parts plus each registered ranker's parameters (see
+`confkv.rankers`); they form one flat namespace, so `policy.n_low` reads `policy.gate.n_low` and `policy.alpha` reads
+`policy.ranking.alpha`. A field's valid range is declared on the field (`confkv.params.param`); `validate` reads it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from confkv.budget import FixedBudget, GatedBudget, Hysteresis, QuantileGate, pyramid_budgets
-from confkv.confidence import DEFAULT_WEIGHTS, confidence
-from confkv.rankers import RANKERS, EMARanker, RandomRanker, Ranker
+from confkv.confidence import confidence
+from confkv.params import PolicyError, check_ranges
+from confkv.parts import STATIC_KEYS, Gate, Protection, RankerSpec, Storage, flat_keys, ranker_keys
+from confkv.rankers import Ranker
 
 if TYPE_CHECKING:
     from confkv.layer import ConfKVLayer
@@ -34,108 +36,6 @@ if TYPE_CHECKING:
 # and the uncertain sequence is the one that needs context).
 CONFIDENCE_POSITIONS = 64
 Spans = list[tuple[int, int | None]]
-
-
-class PolicyError(ValueError):
-    """An unknown policy name, override key or bad value."""
-
-
-@dataclass(frozen=True)
-class Gate:
-    """How many tokens a layer keeps: `budget` (fixed) or the confidence gate `n_low`/`n_high`/`tau`; split over
-    layers flat or PyramidKV-style (deeper layers smaller, mean = the global budget). None budget = keep all."""
-
-    budget: int | None = None
-    gated: bool = False
-    n_low: int = 256
-    n_high: int = 512
-    tau: float = 0.5
-    tau_quantile: float | None = None  # `tau=auto:q`: tau = the q-quantile of the cache's own confidences
-    shrink: int | None = None  # hysteresis: close the gate by at most this many tokens per forward (None: at once)
-    pyramid: bool = False
-    pyramid_spread: float = 0.5
-    confidence_weights: tuple[float, float, float] = DEFAULT_WEIGHTS
-    confidence_rescale: bool = False
-    # A multi-token forward's confidence: "mean" over its last CONFIDENCE_POSITIONS positions (a chunk's overall
-    # certainty), or "last": the final position's, i.e. the next-token distribution the following step depends on
-    # (a question's last token, where the model must retrieve, is judged by itself, not averaged away).
-    chunk_confidence: str = "mean"
-
-    def schedule(self) -> FixedBudget | GatedBudget | QuantileGate | Hysteresis | None:
-        if self.gated:
-            if self.tau_quantile is not None:
-                gate: GatedBudget | QuantileGate = QuantileGate(self.n_low, self.n_high, self.tau_quantile)
-            else:
-                gate = GatedBudget(self.n_low, self.n_high, self.tau)
-            return gate if self.shrink is None else Hysteresis(gate, self.shrink)
-        return FixedBudget(self.budget) if self.budget is not None else None
-
-
-@dataclass(frozen=True)
-class RankerSpec:
-    """Which ranker (a name in `confkv.rankers.RANKERS`) and its parameters."""
-
-    ranker: str = "ema"
-    alpha: float = 0.5
-    ema_decay: float = 0.9
-    seed: int = 0
-
-    def build(self) -> Ranker:
-        """A fresh ranker (rankers may hold state, e.g. a seeded generator: one per cache layer)."""
-        if self.ranker not in RANKERS:
-            raise PolicyError(f"unknown ranker {self.ranker!r}; known: {', '.join(RANKERS)}")
-        cls = RANKERS[self.ranker]
-        if issubclass(cls, EMARanker):
-            return cls(alpha=1.0 if self.ranker == "attention" else self.alpha, decay=self.ema_decay)
-        if issubclass(cls, RandomRanker):
-            return cls(seed=self.seed)
-        return cls()
-
-
-@dataclass(frozen=True)
-class Protection:
-    """Never evicted: the first `sinks` positions and the `protect` most recent ones (plus pins, set at run time)."""
-
-    sinks: int = 4
-    protect: int = 64
-
-
-@dataclass(frozen=True)
-class Storage:
-    """Tokens older than the `int8_after` most recent ones are INT8 (None = model dtype throughout); long inputs are
-    prefilled in chunks of `prefill_chunk` with eviction after each (bounds the prefill peak).
-
-    `slack` amortises the storage work: a layer may run `slack` tokens over its budget (and the model-dtype window
-    `slack` tokens over `int8_after`) before one pass evicts down to the budget (and migrates down to the window).
-    So right after any forward, physical length <= budget + slack (+ pinned tokens), and right after an eviction
-    pass it is exactly the budget; with `slack=0` every forward evicts (the exact budget, the old behaviour). A
-    decode step then costs the ranking, top-k and compaction once per `slack + 1` steps instead of every step."""
-
-    int8_after: int | None = None
-    key_scales: str = "channel"  # INT8 keys: "channel" (per-channel pre-scaling, KIVI-style) or "token" (per token only)
-    prefill_chunk: int = 512
-    # 32 by measurement. A first sweep (SmolLM2-135M, 4K context, AVX2 machine, PyTorch decode path) found
-    # 0 -> 1.15x, 16 -> 1.29x, 32 -> 1.29x, 64 -> 1.30x of plain DynamicCache speed. With the compiled decode kernel
-    # the passes themselves became the larger part of the bookkeeping (AMX machine, `bench decode --contexts
-    # 1024,4096,8192 --repeats 3 --steps 34`, fp32): slack 16 -> 0.99x at 1K, bookkeeping 6.2-7.1% of a step;
-    # 32 -> 1.03x / 1.57x / 2.39x, bookkeeping 4.1 / 4.3 / 4.9%. The cost: up to 32 extra kept tokens per layer.
-    slack: int = 32
-    # Recallable eviction: evicted slots move to a cold tier of this many tokens per layer (0: dropped for good) that
-    # attention skips; when the budget rises (the gate opens) a layer refills its room from it (`ConfKVLayer.recall`).
-    cold: int = 0
-    # Recall whole position blocks of this many tokens (the best block first, InfLLM/Quest-style); 1 = single tokens.
-    # Why: a fact is a span (the digits of a number and the words that name it), and single-token recall brought
-    # back some of a needle's digits without the rest (README, issue 12).
-    recall_block: int = 16
-    # After a recall, run the forward's last token again so the next token is predicted WITH the recalled context
-    # (without it, the first answer token after a question is still decided from logits that never saw it).
-    recall_rerun: bool = True
-
-
-_PARTS = {"gate": Gate, "ranking": RankerSpec, "protection": Protection, "storage": Storage}
-_KEYS = {f.name: (part, f) for part, kind in _PARTS.items() for f in fields(kind)}
-if len(_KEYS) != sum(len(fields(kind)) for kind in _PARTS.values()):
-    raise TypeError("policy part fields must be unique: they are the flat `--set` keys")
 
 
 @dataclass(frozen=True)
@@ -151,14 +51,18 @@ class KVPolicy:
     # -- the flat namespace of override keys ---------------------------------------------------------------------
     @staticmethod
     def keys() -> dict[str, tuple[str, dataclasses.Field]]:
-        """Override key -> (part, field)."""
-        return _KEYS
+        """Override key -> (part, field), see `confkv.parts.flat_keys`."""
+        return flat_keys()
 
     def __getattr__(self, key: str) -> Any:  # only called when normal lookup fails: policy.n_low -> gate.n_low
-        part = _KEYS.get(key)
-        if part is None:
+        if key.startswith("_"):
             raise AttributeError(key)
-        return getattr(object.__getattribute__(self, part[0]), key)
+        part = STATIC_KEYS.get(key)
+        if part is not None:
+            return getattr(object.__getattribute__(self, part[0]), key)
+        if key == "ranker" or key in ranker_keys():
+            return getattr(object.__getattribute__(self, "ranking"), key)
+        raise AttributeError(key)
 
     def with_values(self, **values: Any) -> KVPolicy:
         """A copy with flat keys changed (`with_values(n_low=128, ranker="h2o")`); validated."""
@@ -167,13 +71,14 @@ class KVPolicy:
             if key not in keys:
                 raise PolicyError(f"unknown policy key {key!r}; known: {', '.join(sorted(keys))}")
             changes.setdefault(keys[key][0], {})[key] = value
-        parts = {p: dataclasses.replace(getattr(self, p), **kv) for p, kv in changes.items()}
+        parts = {p: self.ranking.with_values(**kv) if p == "ranking" else dataclasses.replace(getattr(self, p), **kv)
+                 for p, kv in changes.items()}
         return dataclasses.replace(self, **parts).validate()
 
     @staticmethod
     def defaults() -> dict[str, Any]:
         """Every override key's default (what a config recorded before the key existed implicitly had)."""
-        return {key: f.default for key, (_part, f) in _KEYS.items()}
+        return {key: f.default for key, (_part, f) in KVPolicy.keys().items()}
 
     def to_dict(self) -> dict:
         """Flat settings (what traces store): the name and every override key."""
@@ -205,38 +110,13 @@ class KVPolicy:
         return self.ranking.build()
 
     def validate(self) -> KVPolicy:
-        """Every value within its range (the message names the allowed range), then the budget arithmetic."""
+        """Every value within its range (declared on its field; the message names the allowed range), the checks
+        between fields of one part, then the budget arithmetic between parts."""
+        for part in (self.gate, self.protection, self.storage):
+            check_ranges(part)
+        self.gate.check()
+        self.ranking.check()
         gate = self.gate
-
-        def in_range(key: str, low: float, high: float | None = None, *, open_high: bool = False) -> None:
-            value = getattr(self, key)
-            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-            ok = ok and value >= low and (high is None or (value < high if open_high else value <= high))
-            if not ok:
-                allowed = f">= {low}" if high is None else f"in [{low}, {high}{')' if open_high else ']'}"
-                raise PolicyError(f"{key} must be {allowed}, got {value!r}")
-
-        for key in ("alpha", "ema_decay", "tau"):
-            in_range(key, 0.0, 1.0)
-        in_range("pyramid_spread", 0.0, 1.0, open_high=True)
-        if gate.shrink is not None:
-            in_range("shrink", 1)
-        if gate.tau_quantile is not None:
-            in_range("tau_quantile", 0.0, 1.0, open_high=True)
-            if gate.tau_quantile == 0.0:
-                raise PolicyError("tau_quantile must be in (0, 1) (tau=auto:q), got 0")
-        for key in ("sinks", "protect"):
-            in_range(key, 0)
-        if gate.gated:
-            in_range("n_low", 1)
-            in_range("n_high", 1)
-            if gate.n_low > gate.n_high:
-                raise PolicyError(f"n_low must be <= n_high, got n_low={gate.n_low} > n_high={gate.n_high}")
-        weights = gate.confidence_weights
-        if len(weights) != 3 or not all(isinstance(w, int | float) and math.isfinite(w) and w >= 0 for w in weights):
-            raise PolicyError(f"confidence_weights must be 3 numbers >= 0 (entropy, margin, max-prob), got {weights!r}")
-        if sum(weights) <= 0:
-            raise PolicyError(f"confidence_weights must not all be 0, got {weights!r}")
         lows = [b for b in (gate.budget,) if b is not None]
         if gate.gated:
             lows += [gate.n_low, gate.n_high]
@@ -246,18 +126,6 @@ class KVPolicy:
                     f"policy {self.name!r}: budget {b} leaves no room to evict: it must be >= "
                     f"sinks ({self.protection.sinks}) + protected window ({self.protected}) + 1"
                 )
-        if self.storage.int8_after is not None and self.storage.int8_after < 1:
-            raise PolicyError("int8_after must be >= 1 (or None to disable INT8)")
-        if self.gate.chunk_confidence not in ("mean", "last"):
-            raise PolicyError(f"chunk_confidence must be 'mean' or 'last', got {self.gate.chunk_confidence!r}")
-        if self.storage.key_scales not in ("channel", "token"):
-            raise PolicyError(f"key_scales must be 'channel' or 'token', got {self.storage.key_scales!r}")
-        if self.storage.prefill_chunk < 1:
-            raise PolicyError("prefill_chunk must be >= 1")
-        in_range("slack", 0)
-        in_range("cold", 0)
-        in_range("recall_block", 1)
-        self.ranking.build()
         return self
 
     # -- decisions -----------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from confkv.bench.kv_bytes import KVConfig
+from confkv.policies import get_policy, policy_names
 
 # The paper's (seed) claims, quoted so every table can print our number beside theirs.
 PAPER = {
@@ -34,25 +35,25 @@ PAPER = {
 # speed default, `Storage.slack`, lets a layer run up to 16 tokens over its budget between eviction passes).
 EXACT_BUDGETS = {"slack": "0"}
 
-# The fixed-budget baselines every quality benchmark matches to confkv's mean resident bytes. `confkv-fixed` is
-# Conf-KV itself (ranker, protection, INT8) with the gate off: the gate's own ablation.
+# The fixed-budget baselines every quality benchmark matches to confkv's mean resident bytes (registered policies,
+# `confkv.policies.ROLES["fixed"]`). `confkv-fixed` is Conf-KV itself (ranker, protection, INT8) with the gate off:
+# the gate's own ablation.
 GATE_OFF = "confkv-fixed"
-FIXED_BASELINES = ("sliding", "h2o", GATE_OFF)
+FIXED_BASELINES = policy_names("fixed")
 
 
 def fixed_policy(name: str, budget: int, gated_overrides: dict[str, str], base: dict[str, str] | None = None):
-    """A fixed-budget baseline at `budget` tokens: `sliding`, `h2o` (recent window = half its budget, H2O's own
-    heavy/recent split) or `confkv-fixed` (the gated policy's overrides, gate off). `base` applies to all three."""
-    from confkv.policies import get_policy
-
-    base = {**EXACT_BUDGETS, **(base or {})}
-    if name == "sliding":
-        return get_policy("sliding", {**base, "budget": str(budget)})
+    """A fixed-budget baseline at `budget` tokens: the registered policy `name` with `base` applied, plus for `h2o`
+    a recent window of half its budget (H2O's own heavy/recent split) and for `confkv-fixed` the gated policy's
+    overrides (with the gate kept off)."""
+    if name not in FIXED_BASELINES:
+        raise ValueError(f"{name!r} is not a fixed baseline ({', '.join(FIXED_BASELINES)})")
+    overrides = {**EXACT_BUDGETS, **(base or {})}
     if name == "h2o":
-        return get_policy("h2o", {**base, "budget": str(budget), "protect": str(max(1, budget // 2))})
+        overrides["protect"] = str(max(1, budget // 2))
     if name == GATE_OFF:
-        return get_policy("confkv", {**base, **gated_overrides, "gated": "false", "budget": str(budget)})
-    raise ValueError(f"{name!r} is not a fixed baseline ({', '.join(FIXED_BASELINES)})")
+        overrides = {**overrides, **gated_overrides, "gated": "false"}
+    return get_policy(name, {**overrides, "budget": str(budget)})
 
 
 def byte_matched_budget(model, name: str, ends: Sequence[int], target_bytes: float,

@@ -31,18 +31,17 @@ from confkv.bench.common import (
     CORPUS_NAME,
     EXACT_BUDGETS,
     FIXED_BASELINES,
-    GATE_OFF,
     PAPER,
     byte_matched_budget,
     fixed_policy,
     footprint,
 )
-from confkv.policies import get_policy
+from confkv.policies import get_policy, policy_names
 from confkv.policy import KVPolicy
 from confkv.session import ConfKVSession
 
-POLICIES = ("full", "sliding", "h2o", "confkv", GATE_OFF, "confkv-pyramid")
-GATED_EXTRA = ("confkv-recall", "confkv-paper")  # on request (`--policies`): the cold-tier gate, the literal one
+POLICIES = policy_names("main")
+GATED_EXTRA = policy_names("on-request")  # on request (`--policies`): the cold-tier gate, the literal one
 QUICK_OVERRIDES = {"n_low": "96", "n_high": "192", "protect": "32", "int8_after": "32"}
 QUESTION = "\n\nQuestion: What is the secret passcode mentioned in the text above?\nAnswer: The secret passcode is"
 TRACE_TAIL = 48
@@ -162,7 +161,9 @@ def run_niah(
     cfg.validate()
     say = progress or (lambda _msg: None)
     rng = random.Random(cfg.seed)
-    order = [p for p in ("full", "confkv", "confkv-pyramid", *GATED_EXTRA, *FIXED_BASELINES) if p in cfg.policies]
+    # The gated policies first: the fixed baselines are matched to one of them.
+    order = [p for p in policy_names() if p in cfg.policies and p not in FIXED_BASELINES]
+    order += [p for p in FIXED_BASELINES if p in cfg.policies]
     cells_out: list[dict] = []
     for length, depth, needle in itertools.product(cfg.lengths, cfg.depths, range(cfg.needles)):
         cell = make_cell(tokenizer, haystack, length, depth, f"{rng.randrange(10000, 100000)}", prefix)

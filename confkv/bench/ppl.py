@@ -31,23 +31,22 @@ from confkv.bench.common import (
     CORPUS_NAME,
     EXACT_BUDGETS,
     FIXED_BASELINES,
-    GATE_OFF,
     PAPER,
     byte_matched_budget,
     fixed_policy,
     footprint,
 )
 from confkv.budget import ReplayBudget
-from confkv.policies import get_policy
+from confkv.policies import get_policy, policy_names
 from confkv.policy import KVPolicy
 from confkv.session import ConfKVSession
 
 # Overrides of the gated presets for the CPU quick grid: ~1K tokens with an ~8x compression like the paper's
 # 4K text at a 512 window. The protected/FP window shrinks to 32 so the pyramid's smallest layer still evicts.
 QUICK_OVERRIDES = {"n_low": "96", "n_high": "192", "protect": "32", "int8_after": "32"}
-ABLATION = ("random", "recency", "attention")
-MAIN = ("full", "sliding", "h2o", "confkv", GATE_OFF, "confkv-pyramid")
-NOINT8 = "confkv-noint8"
+ABLATION = policy_names("ablation")
+MAIN = policy_names("main")
+NOINT8 = "confkv-noint8"  # policy_names("ablation-reference"): INT8 off, the trajectory the ablation replays
 
 Progress = Callable[[str], None]
 
@@ -109,9 +108,7 @@ def _policy(name: str, overrides: dict[str, str], budget: int | None = None) -> 
         return get_policy("full")
     if name in FIXED_BASELINES:
         return fixed_policy(name, budget, overrides)
-    if name == NOINT8:
-        return get_policy("confkv", {**overrides, "int8_after": "none"})
-    if name in ABLATION:  # the ablation compares rankers only: INT8 off, like its reference confkv-noint8
+    if name == NOINT8 or name in ABLATION:  # the ablation compares rankers only: INT8 off, like its reference
         return get_policy(name, {**overrides, "int8_after": "none"})
     return get_policy(name, overrides)
 
@@ -122,7 +119,9 @@ def run_ppl(model: torch.nn.Module, ids: list[int], cfg: PplConfig, progress: Pr
     ids = list(ids[: cfg.n_tokens])
     say = progress or (lambda _msg: None)
     ends = [min(lo + cfg.stride, len(ids)) for lo in range(0, len(ids), cfg.stride)]
-    order = [p for p in ("full", "confkv", "confkv-pyramid", NOINT8, *ABLATION, *FIXED_BASELINES) if p in cfg.policies]
+    # References first (the fixed baselines are matched to confkv, the ablation replays confkv-noint8).
+    order = [p for p in policy_names() if p in cfg.policies and p not in ABLATION + FIXED_BASELINES]
+    order += [p for p in ABLATION + FIXED_BASELINES if p in cfg.policies]
     rows: dict[str, dict] = {}
     trajectories: dict[str, list[int]] = {}
     matched: dict[str, int] = {}

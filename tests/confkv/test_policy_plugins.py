@@ -1,0 +1,161 @@
+"""Policies as plugins: a ranker with a parameter is one module plus one registry line, a preset is one registry
+line, and every registered policy and ranker runs on a tiny model (the matrix is read from the registry)."""
+
+from __future__ import annotations
+
+import importlib
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from confkv import ConfKVSession, get_policy
+from confkv.policies import BASELINES, PRESETS, ROLES, PolicyError, policy_names, registered
+from confkv.policy import Gate, KVPolicy, Protection, RankerSpec, Storage
+from confkv.rankers import RANKERS, ranker_params
+from confkv.testing import tiny_model
+from tests.confkv.oracle import oracle_logits
+from tests.confkv.test_cache import SMALL, run_session
+
+# A whole ranker module, as a contributor would write it: the class owns its parameter and the parameter's range.
+STRIDE_RANKER = '''
+from dataclasses import dataclass
+
+import torch
+
+from confkv.params import param
+from confkv.rankers.base import Ranker
+
+
+@dataclass
+class StrideRanker(Ranker):
+    """Keeps every `stride`-th position (and the newest): a ranker that needs no attention mass."""
+
+    stride: int = param(4, 1)
+    uses_attention = False
+
+    def rank(self, acc: torch.Tensor, pos: torch.Tensor, now: int, protected=None) -> torch.Tensor:
+        return (pos % self.stride == 0).float() + pos.float() / (now + 1)
+'''
+
+
+@pytest.fixture
+def stride_ranker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    (tmp_path / "stride_ranker.py").write_text(textwrap.dedent(STRIDE_RANKER))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("stride_ranker")
+    monkeypatch.setitem(RANKERS, "stride", module.StrideRanker)  # the registry line
+    yield module.StrideRanker
+
+
+def test_a_ranker_with_a_parameter_is_one_module_and_one_registry_line(stride_ranker) -> None:
+    small = {**SMALL, "n_low": "12", "n_high": "20", "int8_after": "none"}
+    policy = get_policy("confkv", {**small, "ranker": "stride", "stride": "3"})
+    assert policy.make_ranker() == stride_ranker(stride=3) and policy.stride == 3
+    assert policy.to_dict()["stride"] == 3 and KVPolicy.keys()["stride"][0] == "ranking"
+    assert not policy.wants_mass, "the ranker's own uses_attention decides whether attention returns mass"
+    with pytest.raises(PolicyError, match=r"stride must be >= 1, got 0"):
+        get_policy("confkv", {"ranker": "stride", "stride": "0"})
+    with pytest.raises(PolicyError, match="expected int"):
+        get_policy("confkv", {"ranker": "stride", "stride": "x"})
+    assert get_policy("confkv").stride == 4, "a new key has its default in every policy (like alpha under h2o)"
+
+    model, vocab = tiny_model("llama")
+    ids = torch.randint(0, vocab, (1, 60), generator=torch.Generator().manual_seed(21))
+    session, got = run_session(model, ids, policy, prefill=24)
+    assert any(layer.evictions for layer in session.cache.layers)
+    torch.testing.assert_close(got, oracle_logits(model, ids[:, :-1], session.cache)[:, 23:], atol=5e-5, rtol=1e-4)
+
+
+def test_the_listing_and_keys_follow_the_registry(stride_ranker) -> None:
+    from agent.cli_policies import listing
+
+    keys = {k["key"]: k for k in listing()["keys"]}
+    assert keys["stride"]["default"] == 4 and keys["stride"]["allowed"] == ">= 1"
+    assert keys["alpha"]["allowed"] == "in [0.0, 1.0]"
+    assert [p["name"] for p in listing()["policies"]] == list(policy_names())
+
+
+def test_a_ranker_key_must_not_clash_with_a_policy_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import dataclass
+
+    from confkv.params import param
+    from confkv.rankers import Ranker
+
+    @dataclass
+    class Clash(Ranker):
+        budget: int = param(3, 1)
+
+        def rank(self, acc, pos, now, protected=None):
+            return acc
+
+    monkeypatch.setitem(RANKERS, "clash", Clash)
+    with pytest.raises(TypeError, match="'budget' is already a policy key"):
+        KVPolicy.keys()
+
+
+def test_a_preset_is_one_registry_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    mine = KVPolicy("h2o-int8", Gate(budget=64), RankerSpec("h2o"), Protection(sinks=2, protect=8),
+                    Storage(int8_after=8))
+    monkeypatch.setitem(PRESETS, "h2o-int8", mine)  # the registry line
+    assert "h2o-int8" in policy_names() and get_policy("h2o-int8") == mine
+    policy = get_policy("h2o-int8", {**SMALL, "budget": "16", "int8_after": "4"})
+    assert (policy.name, policy.budget, policy.int8_after, policy.ranker) == ("h2o-int8", 16, 4, "h2o")
+    model, vocab = tiny_model("qwen2")
+    session = ConfKVSession(model, policy)
+    session.append(torch.randint(0, vocab, (1, 40), generator=torch.Generator().manual_seed(22)))
+    session.decode(3)
+    assert all(layer.physical_length <= 16 for layer in session.cache.layers)
+
+
+def test_the_benchmark_baselines_are_registered_and_roles_name_registered_policies() -> None:
+    from confkv.bench import common, niah, ppl
+
+    assert set(BASELINES) == {"confkv-fixed", "confkv-noint8"}
+    assert all(name in registered() for names in ROLES.values() for name in names)
+    assert common.FIXED_BASELINES == policy_names("fixed") and niah.POLICIES == ppl.MAIN == policy_names("main")
+    assert policy_names("ablation-reference") == (ppl.NOINT8,)
+    confkv = get_policy("confkv")
+    fixed = common.fixed_policy(common.GATE_OFF, 300, {"n_low": "96"})
+    assert (fixed.gated, fixed.budget, fixed.ranking, fixed.int8_after, fixed.n_low, fixed.slack) == (
+        False, 300, confkv.ranking, confkv.int8_after, 96, 0)
+    noint8 = get_policy("confkv-noint8")
+    assert (noint8.int8_after, noint8.gate, noint8.ranking) == (None, confkv.gate, confkv.ranking)
+    with pytest.raises(PolicyError, match="unknown policy role"):
+        policy_names("nope")
+
+
+def _small(name: str) -> KVPolicy:
+    """A registered policy at tiny-model sizes, INT8 off (so the oracle is exact)."""
+    base = registered()[name]
+    over = {**SMALL, "int8_after": "none"}
+    if base.gated:
+        over.update(n_low="12", n_high="20", tau="0.3")
+    elif base.budget is not None:
+        over["budget"] = "12"
+    return get_policy(name, over)
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_every_registered_policy_matches_the_oracle(name: str) -> None:
+    policy = _small(name)
+    model, vocab = tiny_model("qwen2")
+    ids = torch.randint(0, vocab, (1, 56), generator=torch.Generator().manual_seed(23))
+    session, got = run_session(model, ids, policy, prefill=24)
+    assert any(layer.evictions for layer in session.cache.layers) == policy.evicts
+    torch.testing.assert_close(got, oracle_logits(model, ids[:, :-1], session.cache)[:, 23:], atol=5e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("ranker", list(RANKERS))
+def test_every_registered_ranker_builds_from_its_keys_and_evicts(ranker: str) -> None:
+    cls = RANKERS[ranker]
+    small = {**SMALL, "ranker": ranker, "n_low": "12", "n_high": "20", "int8_after": "4"}
+    defaults = {key: str(f.default) for key, (f, _rng) in ranker_params(cls).items()}
+    policy = get_policy("confkv", {**small, **defaults})
+    assert type(policy.make_ranker()) is cls and policy == get_policy("confkv", small)
+    model, vocab = tiny_model("llama")
+    session = ConfKVSession(model, policy, record_evictions=True)
+    session.append(torch.randint(0, vocab, (1, 40), generator=torch.Generator().manual_seed(24)))
+    session.decode(2)
+    assert any(layer.evictions for layer in session.cache.layers)
