@@ -34,6 +34,8 @@ def decisions(
                                         "this many states"),  # fmt: skip
     only: str = typer.Option("", "--only", help="replay only these precisions now (the rest are read from "
                              "--out): one process per precision"),  # fmt: skip
+    shard: str = typer.Option("", "--shard", help="K/N: replay only every N-th episode from the K-th (0-based), "
+                              "so N processes split one precision's sample"),  # fmt: skip
     out: str = typer.Option("runs/decisions", "--out", help="directory of the per-configuration JSONL files"),
     report: str = typer.Option("", "--report", help="also write the agreement report JSON here"),
     reference: str = typer.Option("", "--reference", help="'recorded': compare with the run's recorded actions "
@@ -52,6 +54,10 @@ def decisions(
     from envs import TASKS_DIR
     from envs.taskspec import load_tasks
 
+    k, _, n = shard.partition("/")
+    if shard and not (k.isdigit() and n.isdigit() and int(k) < int(n)):
+        raise typer.BadParameter(f"expected K/N with 0 <= K < N, got {shard!r}", param_hint="--shard")
+    part = (int(k), int(n)) if shard else (0, 1)
     precisions = [checked_dtype(d, announce=d == "auto", model=model) for d in _split(dtypes)]
     kv = _split(policies)
     for name in kv:
@@ -84,7 +90,7 @@ def decisions(
                 return ModelAgent(loaded[0], loaded[1], policy, model_name=model)
 
             d.run_replays(episodes, make, results_path(out, model, precision, policy),
-                        lambda m: typer.echo(m, err=True))  # fmt: skip
+                          lambda m: typer.echo(m, err=True), part)  # fmt: skip
     ref = done_episodes(results_path(out, model, precisions[0], kv[0]))
     rows = []
     for precision in precisions:

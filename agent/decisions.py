@@ -120,40 +120,51 @@ def results_path(out_dir: str | Path, model: str, precision: str, policy: str) -
     return Path(out_dir) / f"decisions_{Path(model).name}_{precision}_{policy}.jsonl"
 
 
+def shard_path(path: Path, shard: tuple[int, int]) -> Path:
+    """Where shard `k` of `n` appends (each process its own file, so no two processes write one file)."""
+    k, n = shard
+    return path if n == 1 else path.with_name(f"{path.stem}.shard{k}of{n}{path.suffix}")
+
+
 def done_episodes(path: Path) -> dict[int, dict[str, Any]]:
-    """Episode id -> its replay, from a results file (a torn last line, from a killed run, is ignored)."""
+    """Episode id -> its replay, from a results file and its shard files (a torn last line, from a killed run, is
+    ignored)."""
     out = {}
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return out
-    for line in lines:
+    for part in [path, *sorted(path.parent.glob(f"{path.stem}.shard*{path.suffix}"))]:
         try:
-            row = json.loads(line)
-        except ValueError:
+            lines = part.read_text().splitlines()
+        except OSError:
             continue
-        out[int(row["episode_id"])] = row
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            out[int(row["episode_id"])] = row
     return out
 
 
 def run_replays(episodes: Sequence[RecordedEpisode], make_agent: Callable[[], Any], path: Path,
-                progress: Callable[[str], None] = lambda _: None) -> dict[int, dict[str, Any]]:  # fmt: skip
-    """Replay every episode not yet in `path` and append it there; returns all of them."""
+                progress: Callable[[str], None] = lambda _: None,
+                shard: tuple[int, int] = (0, 1)) -> dict[int, dict[str, Any]]:  # fmt: skip
+    """Replay every episode not yet in `path` (or its shard files) and append it; returns all of them. With
+    `shard=(k, n)` only the episodes whose index is k mod n, into `shard_path`: n processes split one sample."""
     done = done_episodes(path)
+    out_path = shard_path(path, shard)
     path.parent.mkdir(parents=True, exist_ok=True)
     agent = None
     for i, ep in enumerate(episodes):
-        if ep.episode_id in done:
+        if ep.episode_id in done or i % shard[1] != shard[0]:
             continue
         agent = agent or make_agent()
         t0 = time.perf_counter()
         steps = replay_episode(agent, ep)
         row = {"episode_id": ep.episode_id, "task_id": ep.task_id, "site": ep.site, "steps": steps,
                "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
-        with path.open("a") as fh:
+        with out_path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
         done[ep.episode_id] = row
-        progress(f"{path.name}: episode {ep.episode_id} (task {ep.task_id}, {len(steps)} steps) in "
+        progress(f"{out_path.name}: episode {ep.episode_id} (task {ep.task_id}, {len(steps)} steps) in "
                  f"{row['seconds']:.0f} s [{i + 1}/{len(episodes)}]")  # fmt: skip
     return done
 

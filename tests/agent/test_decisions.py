@@ -88,6 +88,14 @@ def test_replays_are_resumable_one_line_per_episode(tmp_path):
     again = run_replays([ep], make, path)
     assert len(made) == 1 and first[5]["steps"] == again[5]["steps"] and set(again) == {5}
 
+    # two processes split a sample: each its own file, both read as one
+    other = [_record(_agent(), "buy a mug", 6), _record(_agent(), "open the cart", 7)]
+    odd = run_replays([ep, *other], make, path, shard=(1, 2))
+    assert set(odd) == {5, 6} and len(made) == 2  # 5 was done; index 1 (episode 6) is shard 1's
+    assert path.with_name("d.shard1of2.jsonl").exists()
+    even = run_replays([ep, *other], make, path, shard=(0, 2))
+    assert set(even) == {5, 6, 7} and path.with_name("d.shard0of2.jsonl").exists()  # 7: shard 0's file
+
 
 def test_episodes_are_selected_per_site_from_a_trace_db(tmp_path):
     from traces.records import StepRecord
