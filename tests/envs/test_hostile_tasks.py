@@ -96,7 +96,7 @@ def test_a_fifo_or_a_device_named_yaml_is_refused_not_read(tmp_path: Path) -> No
     os.mkfifo(tmp_path / "shopping_020.yaml")  # no writer ever comes: reading it waits forever
     (tmp_path / "shopping_021.yaml").symlink_to("/dev/zero")  # st_size 0, endless bytes
     bad_task(tmp_path, "shopping_022.yaml", 22)
-    result = tasks_check(str(tmp_path), "--json", timeout=30)
+    result = tasks_check(str(tmp_path), "--json", timeout=120)  # a hang never ends; 120 s leaves room for a loaded machine
     assert "MemoryError" not in result.stderr and result.returncode == 1, result.stderr[-2000:]
     doc = json.loads(result.stdout[result.stdout.index("{"):])
     reasons = {Path(f["task"]).name: " ".join(f["reasons"]) for f in doc["failures"]}
@@ -105,7 +105,7 @@ def test_a_fifo_or_a_device_named_yaml_is_refused_not_read(tmp_path: Path) -> No
     assert "hint: unknown key" in reasons["shopping_022.yaml"]
     run = subprocess.run([sys.executable, "-c", f"{CAP}import sys\nfrom agent.cli import main; main(sys.argv[1:])",
                           "run", str(tmp_path / "shopping_020.yaml"), "--policy", "scripted", "--db",
-                          str(tmp_path / "t.sqlite")], cwd=ROOT, capture_output=True, text=True, timeout=30)  # fmt: skip
+                          str(tmp_path / "t.sqlite")], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert run.returncode == 2 and "not a regular file (a FIFO)" in run.stderr and len(run.stderr) < 400, run.stderr
 
 
