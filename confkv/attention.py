@@ -2,8 +2,11 @@
 
 Why our own attention function: eviction needs per-key attention mass, and only `eager` attention returns weights
 (1.5-1.8x slower than sdpa at 8K). This function computes the same attention as sdpa over the layer's INT8 + model
-dtype segments (Triton on CUDA; on CPU the C++ decode kernel for one-query calls, the PyTorch reference otherwise), gets the mass from the same pass, and leaves it on the
-layer (`layer.mass`, per KV head: the mean over its GQA group). It decides nothing: the policy reduces and ranks the mass after the forward.
+dtype segments (Triton on CUDA; on CPU the C++ decode kernel for one-query calls, the PyTorch reference otherwise), and gets the mass from the same pass.
+It decides nothing and stores nothing: `attend` returns the output, the mass (per KV head: the mean over its GQA
+group) and the last query (recall scores the cold tier against it) to its caller; `confkv_attention`, the adapter
+transformers calls, hands the two to the layer (`ConfKVLayer.keep_attention`), which stores them for the policy's
+step after the forward (a transformers attention function can return only the output upward).
 No model code is patched: `with confkv.attach(model, cache)` selects it for a scope, and because "confkv" has no
 mask function registered, `transformers` builds no mask. Causality needs no per-key positions either: during a
 forward the call's own tokens are the last `q_len` model-dtype slots and every other kept key is older than all of
@@ -13,6 +16,7 @@ them, so one head-independent `[L, T]` mask (or the kernels' `causal_tail`) is e
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +26,32 @@ from confkv.kernels import segmented_attention
 from confkv.layer import LayerView
 
 ATTN_NAME = "confkv"
+
+
+class Attended(NamedTuple):
+    """One attention call's results: `out [B, Hq, L, D]`, `mass [B, H_kv, Tq+Tf]` fp32 (None when the layer's
+    policy ranks without it) and the call's last query `[B, Hq, D]` (None without a cold tier)."""
+
+    out: torch.Tensor
+    mass: torch.Tensor | None
+    last_query: torch.Tensor | None
+
+
+def attend(query: torch.Tensor, view: LayerView, scaling: float) -> Attended:
+    """Attention of `query [B, Hq, L, D]` over the layer `view` was cut from (its last `q_len` model-dtype slots are
+    the call's own tokens); reads the layer, writes nothing."""
+    layer = view.layer
+    last_query = query[:, :, -1] if layer.cold_capacity else None
+    if not layer.wants_mass and layer.q8.n == 0:
+        # Nothing to rank and nothing quantized (e.g. `full`, or `sliding` without INT8): torch's fused sdpa. The
+        # mask needs no positions: every kept key is older than the call's tokens, the last q_len slots.
+        return Attended(dense_attention(query, layer.fp.view("k"), layer.fp.view("v"), scaling), None, last_query)
+    # The call's own tokens are the last q_len model-dtype slots and every kept key is older: `causal_tail`.
+    out, mass = segmented_attention(
+        query, layer.segments(), None, scaling, layer.wants_mass, check=False, causal_tail=view.q_len,
+        kv_head_mass=True,
+    )
+    return Attended(out, mass, last_query)
 
 
 def confkv_attention(
@@ -39,22 +69,9 @@ def confkv_attention(
             "the 'confkv' attention implementation needs a ConfKVCache (got dense key states); pass "
             "`cache=ConfKVCache(model, policy)` inside `with confkv.attach(model, cache)`, or use confkv.ConfKVSession"
         )
-    layer = key.layer
-    if layer.cold_capacity:  # what the policy scores cold slots against, should the budget rise after this forward
-        layer.last_query = query[:, :, -1]
-    if scaling is None:
-        scaling = query.shape[-1] ** -0.5
-    if not layer.wants_mass and layer.q8.n == 0:
-        # Nothing to rank and nothing quantized (e.g. `full`, or `sliding` without INT8): torch's fused sdpa. The
-        # mask needs no positions: every kept key is older than the call's tokens, the last q_len slots.
-        out = dense_attention(query, layer.fp.view("k"), layer.fp.view("v"), float(scaling))
-        return out.transpose(1, 2).contiguous(), None
-    # The call's own tokens are the last q_len model-dtype slots and every kept key is older: `causal_tail`.
-    out, layer.mass = segmented_attention(
-        query, layer.segments(), None, float(scaling), layer.wants_mass, check=False, causal_tail=key.q_len,
-        kv_head_mass=True,
-    )
-    return out.transpose(1, 2).contiguous(), None
+    result = attend(query, key, float(query.shape[-1] ** -0.5 if scaling is None else scaling))
+    key.layer.keep_attention(result.mass, result.last_query)
+    return result.out.transpose(1, 2).contiguous(), None
 
 
 def dense_attention(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float) -> torch.Tensor:

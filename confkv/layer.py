@@ -7,7 +7,8 @@ its absolute position (`pos`) and the ranker's accumulator (`acc`). The model-dt
 KV head evicts its own tokens (same count per head, so tensors stay rectangular).
 
 The layer decides nothing: during a forward, `update()` appends the new tokens and hands attention a view; attention
-(`confkv.attention`) leaves the call's per-key mass in `mass`; after the last layer, the policy
+(`confkv.attention`) returns the call's per-key mass (and its last query), which `keep_attention` stores; after
+the last layer, the policy
 (`KVPolicy.apply_all`, driven by `ConfKVCache.end_forward`) folds the mass, and tells the layer what to quantize
 (`quantize_oldest`) and evict (`evict`). `get_seq_length()` is the logical length (tokens seen), which keeps default
 position ids absolute.
@@ -165,6 +166,14 @@ class ConfKVLayer(CacheLayerMixin):
             pos_fp=self.fp.view("pos"),
             k_channel=self.k_channel if has_q8 else None,
         )
+
+    # -- what attention returned ---------------------------------------------------------------------------------
+    def keep_attention(self, mass: torch.Tensor | None, last_query: torch.Tensor | None) -> None:
+        """Store one attention call's results for the policy's step after the forward: the mass (ranking; None
+        when the policy ranks without it) and, with a cold tier, the last query (recall)."""
+        self.mass = mass
+        if last_query is not None:
+            self.last_query = last_query
 
     # -- what the policy tells it --------------------------------------------------------------------------------
     def take_mass(self) -> torch.Tensor | None:
