@@ -33,7 +33,7 @@ def decisions(
     states_per_site: int = typer.Option(35, "--states-per-site", min=1, help="cheapest episodes per site until "
                                         "this many states"),  # fmt: skip
     only: str = typer.Option("", "--only", help="replay only these precisions now (the rest are read from "
-                             "--out): one process per precision"),  # fmt: skip
+                             "--out): one process per precision; 'none': only read --out and report"),  # fmt: skip
     shard: str = typer.Option("", "--shard", help="K/N: replay only every N-th episode from the K-th (0-based), "
                               "so N processes split one precision's sample"),  # fmt: skip
     out: str = typer.Option("runs/decisions", "--out", help="directory of the per-configuration JSONL files"),
