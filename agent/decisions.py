@@ -25,6 +25,7 @@ from typing import Any
 
 from agent.observation import Observation
 from agent.targets import to_labels
+from agent.worker import trim_heap
 
 
 def site_of(task_id: str) -> str:
@@ -159,6 +160,7 @@ def run_replays(episodes: Sequence[RecordedEpisode], make_agent: Callable[[], An
         agent = agent or make_agent()
         t0 = time.perf_counter()
         steps = replay_episode(agent, ep)
+        trim_heap()  # each episode's cache grew by torch.cat; without this two replays held ~11 GB each
         row = {"episode_id": ep.episode_id, "task_id": ep.task_id, "site": ep.site, "steps": steps,
                "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
         with out_path.open("a") as fh:
