@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.heap import trim_heap
 from agent.observation import Observation
 from agent.targets import to_labels
-from agent.worker import trim_heap
 
 
 def site_of(task_id: str) -> str:
@@ -110,6 +110,7 @@ def replay_episode(agent: Any, episode: RecordedEpisode) -> list[dict[str, Any]]
         labels = obs.labels() if agent.labels else {}
         agent.force_reply(to_labels(step.action, labels), step.action, obs)
         last = step.result
+        trim_heap()  # freed prefill and fork buffers: 18 GB held at 16K tokens without it (agent.heap)
     memory = agent.memory()
     if memory is not None and out:
         out[-1]["peak_kv_bytes"], out[-1]["full_kv_bytes"] = memory.peak_kv_bytes, memory.full_kv_bytes
@@ -160,7 +161,6 @@ def run_replays(episodes: Sequence[RecordedEpisode], make_agent: Callable[[], An
         agent = agent or make_agent()
         t0 = time.perf_counter()
         steps = replay_episode(agent, ep)
-        trim_heap()  # each episode's cache grew by torch.cat; without this two replays held ~11 GB each
         row = {"episode_id": ep.episode_id, "task_id": ep.task_id, "site": ep.site, "steps": steps,
                "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
         with out_path.open("a") as fh:

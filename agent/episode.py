@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.actions import Action, ActionParseError, parse_action
+from agent.heap import trim_heap
 from agent.stopping import StopRules
 from traces.records import DecodeToken, StepRecord
 
@@ -176,6 +177,7 @@ def run_episode(
                 record = _step_record(step, obs, reply, info, action, last_result, parse_error, exec_error, step_ms)
                 store.add_step(episode_id, record)
                 out.steps = step + 1
+                trim_heap()  # the step's freed prefill buffers go back to the OS (agent.heap)
                 if on_step is not None:
                     on_step(record, info.tokens)
                 if done:

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.heap import trim_heap
+
 if TYPE_CHECKING:
     from agent.episode import EpisodeResult
     from agent.model_policy import Agent
@@ -72,25 +74,6 @@ def agent_identity(reasoning: bool, labels: bool = True) -> dict[str, Any]:
     text = system_prompt(reasoning, labels) + "".join(m["content"] for m in demo_turns(reasoning, labels))
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     return {"version": AGENT_VERSION, "prompt_sha": digest}
-
-
-def trim_heap() -> bool:
-    """Hand freed heap pages back to the OS after an episode (glibc `malloc_trim`; False where there is none).
-
-    Why: an episode's KV cache grows by torch.cat into ever larger CPU buffers, which glibc keeps in its arenas once
-    freed; in a 75-task eval on qwen2.5-coder-1.5b each process's peak RSS grew ~0.35 GB per episode (4.9 GB after
-    the first, 9.8 GB after the 15th), enough for two processes to push a 24 GB machine into swap. A `malloc_trim`
-    called into one such process (gdb) dropped its RSS from 9.6 to 8.7 GB at once.
-    """
-    import ctypes
-    import gc
-
-    gc.collect()
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    return bool(libc.malloc_trim(0))
 
 
 class Worker:

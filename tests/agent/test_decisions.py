@@ -145,3 +145,15 @@ def test_recorded_actions_stand_for_fp32_only_for_this_agent_and_records_feed_th
     why = allowed("m", tmp_path / "none.json")
     assert why["fp32-w8a8-w8a8"].startswith("not: pending") and not why["fp32-bf16-int8wo"].startswith("not")
     assert why["bf16"].startswith("not: no decision-agreement record")
+
+
+def test_a_replay_hands_freed_heap_back_after_every_step(monkeypatch):
+    import agent.decisions as decisions
+    from agent.heap import trim_heap
+
+    assert trim_heap() is True  # glibc (Linux): malloc_trim is there and runs
+    ep = _record(_agent(), "open the cart", 3)
+    trims = []
+    monkeypatch.setattr(decisions, "trim_heap", lambda: trims.append(1) or True)
+    steps = replay_episode(_agent(), ep)
+    assert len(trims) == len(steps) == len(ep.steps)
