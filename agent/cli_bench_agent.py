@@ -105,13 +105,13 @@ def decisions(
     result = {"model": model, "db": str(db), "run": run, "reference": ref_name,
               "episodes": [e.episode_id for e in episodes], "date": time.strftime("%Y-%m-%d"), "rows": rows}
     if record:
-        from confkv.models.home import confkv_home
+        from confkv.models.precision_choice import local_acceptance
 
         planned = sum(len(e.steps) for e in episodes)
         records = {r["precision"]: d.acceptance_record(r, planned, ref_name, run, db) for r in rows
                    if r["policy"] == kv[0] and r["vs_reference"]["states"]
                    and (reference or r["precision"] != precisions[0])}  # fmt: skip
-        path = d.write_acceptance(confkv_home() / "precision" / "acceptance.json", model, records)
+        path = d.write_acceptance(local_acceptance(), model, records)
         typer.echo(f"acceptance records for {', '.join(records) or 'nothing'}: {path}", err=True)
     if report:
         _save(result, str(Path(report).parent), Path(report).name)

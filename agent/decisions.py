@@ -215,10 +215,9 @@ def recorded_reference(db: str | Path, run: int, policy: str, identity: dict[str
     return f"run {run}'s recorded actions (fp32, {policy}, agent v{agent['version']} prompt {agent['prompt_sha']})"
 
 
-def acceptance_record(row: dict[str, Any], planned: int, reference: str, run: int, db: str | Path,
-                      key: str = "vs_reference") -> dict[str, Any]:  # fmt: skip
+def acceptance_record(row: dict[str, Any], planned: int, reference: str, run: int, db: str | Path) -> dict[str, Any]:
     """One precision's decision-agreement record, as `confkv.models.precision_choice.acceptance` reads it."""
-    result = row[key]
+    result = row["vs_reference"]
     return {"agreement": result["agreement"], "states": result["states"], "planned": planned,
             "per_site": result["per_site"], "reference": reference, "policy": row["policy"],
             "db": Path(db).name, "run": run, "date": time.strftime("%Y-%m-%d")}  # fmt: skip

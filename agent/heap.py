@@ -11,14 +11,21 @@ step (loaded 0.31 GB, KV 0.25 GB): the rest was freed memory, not live tensors.
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 
 
-def trim_heap() -> bool:
-    """Collect, then `malloc_trim(0)`; False where there is no glibc. A few ms to ~100 ms: cheap beside a step."""
-    gc.collect()
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
     try:
-        libc = ctypes.CDLL("libc.so.6")
+        return ctypes.CDLL("libc.so.6")
     except OSError:
-        return False
-    return bool(libc.malloc_trim(0))
+        return None
+
+
+def trim_heap() -> bool:
+    """Collect, then `malloc_trim(0)`; False where there is no glibc. A few ms to ~100 ms: cheap beside a step,
+    which calls it (the C library is looked up once)."""
+    gc.collect()
+    libc = _libc()
+    return libc is not None and bool(libc.malloc_trim(0))

@@ -143,14 +143,19 @@ def cached_timings(shapes: Shapes, progress: Callable[[str], None] = lambda _: N
     return timings, f"measured now on {cpu_model()} (cached: {path})"
 
 
+def local_acceptance() -> Path:
+    """This machine's acceptance records (`bench decisions --record` writes them), overlaying the shipped file."""
+    from confkv.models.home import confkv_home
+
+    return confkv_home() / "precision" / "acceptance.json"
+
+
 def acceptance(model_name: str | None, path: Path = ACCEPTANCE) -> dict[str, dict[str, Any]]:
     """precision -> its decision-agreement record for `model_name` (`agreement` with fp32's greedy actions on the
     agent's recorded states, `states` replayed, `planned` states of the full sample): the shipped file, overlaid by
     this machine's `$CONFKV_HOME/precision/acceptance.json` (what `bench decisions --record` writes)."""
-    from confkv.models.home import confkv_home
-
     out: dict[str, dict[str, Any]] = {}
-    for source in (path, confkv_home() / "precision" / "acceptance.json"):
+    for source in (path, local_acceptance()):
         try:
             records = json.loads(source.read_text())
         except (OSError, ValueError):
