@@ -349,8 +349,3 @@ class ModelAgent:
         self.session = None
         self.chat = None
 
-
-# Old names, kept while concurrent branches still use them; new code uses Agent / ModelAgent / ScriptedAgent.
-AgentPolicy = Agent
-ModelPolicy = ModelAgent
-ScriptedPolicy = ScriptedAgent

@@ -11,7 +11,7 @@ for the executor.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent.actions import quote_name
@@ -33,12 +33,6 @@ TEXT_FIELDS = {"textbox", "searchbox", "spinbutton"}
 VALUE_ROLES = TEXT_FIELDS | {"combobox", "slider", "progressbar"}
 CHECKABLE_ROLES = {"checkbox", "radio", "switch", "menuitemcheckbox", "menuitemradio"}
 _SPACE = re.compile(r"\s+")
-# Text containers that a compact observation drops when their one child repeats their name; never a control
-# (`link 'X'` > `img 'X'` keeps the link: that line is what the agent acts on).
-ECHO_CONTAINERS = {"heading", "cell", "gridcell", "rowheader", "columnheader", "listitem", "paragraph"}
-#: Whether live observations and the demonstrations are compact (`compact_entries`). Part of the agent: a run
-#: records it through the demonstrations' hash (`agent.worker.agent_identity`).
-COMPACT = False
 LABEL_NAME_CHARS = 48  # a label longer than this is cut at a word: copying a whole paragraph costs decode steps
 
 
@@ -189,43 +183,6 @@ def _drop_label_echoes(entries: list[_Entry]) -> list[_Entry]:
     return keep
 
 
-def _drop_name_echoes(entries: list[_Entry]) -> list[_Entry]:
-    """A container whose one shown child has its name (`heading 'X'` > `link 'X'`, `cell 'X'` > `link 'X'`) is a
-    line that repeats a name the agent cannot act on any better: keep the child, one level up."""
-    keep: list[_Entry] = []
-    lifted: int | None = None  # the depth of the container just dropped: its one child, next, takes it
-    for i, e in enumerate(entries):
-        if lifted is not None:
-            e, lifted = replace(e, depth=lifted), None
-        child = entries[i + 1] if i + 1 < len(entries) else None
-        after = entries[i + 2] if i + 2 < len(entries) else None
-        echoed = child is not None and child.depth == e.depth + 1 and child.name == e.name
-        only_leaf = after is None or after.depth <= e.depth  # the child is the container's one line and has none
-        if e.role in ECHO_CONTAINERS and e.name and not e.props and echoed and only_leaf:
-            lifted = e.depth
-            continue
-        keep.append(e)
-    return keep
-
-
-def _merge_text_runs(entries: list[_Entry]) -> list[_Entry]:
-    """Adjacent sibling texts become one line (`'111'`, `'points · by'` -> `'111 points · by'`): a page's inline
-    fragments cost a line and an id each (11 lines per forum thread) while the agent only ever reads them."""
-    out: list[_Entry] = []
-    for e in entries:
-        if out and e.role == out[-1].role == "StaticText" and out[-1].depth == e.depth:
-            out[-1] = replace(out[-1], name=f"{out[-1].name} {e.name}")
-        else:
-            out.append(e)
-    return out
-
-
-def compact_entries(entries: list[_Entry]) -> list[_Entry]:
-    """The compact observation (a candidate for the next agent version): name echoes dropped, sibling texts
-    merged."""
-    return _merge_text_runs(_drop_name_echoes(entries))
-
-
 def _render(entries: list[_Entry], max_nodes: int) -> tuple[list[str], dict[int, int], dict[int, tuple[str, str]], int]:
     lines: list[str] = []
     ids: dict[int, int] = {}
@@ -244,42 +201,18 @@ def format_tree(
     max_nodes: int = 400,
     link_urls: bool = False,
     max_name_chars: int = 150,
-    compact: bool = False,
 ) -> tuple[list[str], dict[int, int], dict[int, tuple[str, str]], int]:
     """Prune and render CDP `Accessibility.getFullAXTree` nodes. Returns (lines, ids, nodes, truncated_count).
 
     Pure function of the CDP payload, so the pruning rules are testable without a browser.
     """
     entries = _drop_label_echoes(_walk(ax_nodes, link_urls, max_name_chars))
-    return _render(compact_entries(entries) if compact else entries, max_nodes)
-
-
-def parse_entries(tree: str) -> list[_Entry]:
-    """Rendered tree lines back into entries (depth from the indent; a line's states kept as one string): so a
-    recorded observation can be rendered again under other rules (`compact_tree`)."""
-    entries = []
-    for line in tree.splitlines():
-        if m := _LINE.match(line):
-            name = m.group(3) if m.group(3) is not None else m.group(4) or ""
-            rest = line[m.end() :].strip()
-            depth = (len(line) - len(line.lstrip(" "))) // 2
-            entries.append(_Entry(depth, m.group(2), name, int(m.group(1)), [rest] if rest else []))
-    return entries
-
-
-def compact_tree(tree: str) -> str:
-    """A recorded (non-compact) tree as the compact observation would show it, ids renumbered; lines that are not
-    elements (a truncation note) are kept at the end."""
-    entries = parse_entries(tree)
-    others = [line for line in tree.splitlines() if not _LINE.match(line)]
-    lines, *_ = _render(compact_entries(entries), len(entries))
-    return "\n".join(lines + others)
+    return _render(entries, max_nodes)
 
 
 def observe(
-    session: BrowserSession, max_nodes: int = 400, link_urls: bool = False, max_name_chars: int = 150,
-    compact: bool | None = None,
-) -> Observation:  # fmt: skip
+    session: BrowserSession, max_nodes: int = 400, link_urls: bool = False, max_name_chars: int = 150
+) -> Observation:
     """Observe the active tab. Raises `BrowserCrashed` if the browser died, `ObservationError` if the page stays unreadable; waits (bounded) for DOM content."""
     from playwright.sync_api import Error as PlaywrightError
 
@@ -301,8 +234,7 @@ def observe(
             if attempt == 1:
                 raise ObservationError(f"could not read the accessibility tree of {page.url}: {exc}") from exc
             page.wait_for_timeout(300)  # usually a navigation replaced the document mid-read; try once more
-    compact = COMPACT if compact is None else compact
-    lines, ids, nodes, truncated = format_tree(tree["nodes"], max_nodes, link_urls, max_name_chars, compact)
+    lines, ids, nodes, truncated = format_tree(tree["nodes"], max_nodes, link_urls, max_name_chars)
     if truncated:
         lines.append(f"... {truncated} more elements not shown")
     return Observation(

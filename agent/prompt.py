@@ -74,7 +74,7 @@ MAX_HISTORY = 12  # previous actions listed in each turn (the oldest are summari
 # the made-up nursery site of example 1. Why: with the examples only as prose in the system prompt, the 1.5B agent's
 # first choice on a results page was `type` (p ~0.47 against click ~0.17 and stop ~0.03, three sampled states),
 # so it typed prices into filter fields until the step limit on every sampled task; with these turns in front it
-# clicked the result on all four states probed (scripts/probe_prompt.py). The pages are rendered by the same
+# clicked the result on all four states probed (a prompt probe, docs/results/agent-v7-labels.md). The pages are rendered by the same
 # `user_message` as the live turns, so the format the model continues is exactly the one it sees.
 _DEMO_SITE = "http://127.0.0.1:9000"
 
@@ -125,74 +125,21 @@ SORT_DEMO = Demo("Which recipe in the Stews section has the most votes?", (
      "Sorted by votes, the first recipe has the most.", "stop [Juniper bean stew]"),
 ))  # fmt: skip
 
-# "Change a setting": type into the form's field, press the form's button, check the page, `stop []` (an action
-# task has no answer). v9 clicked quantity boxes instead of typing and stopped before submitting (tasks 7, 9).
-# A candidate for the next agent version (probe variant `form_demo`), not in DEMOS.
-_PLANT = ("[1] link 'Green Corner'\n[2] search\n  [3] searchbox 'Search plants'\n  [4] button 'Search'\n"
-          "[5] link 'My plants'\n[6] main\n  [7] heading 'Velvet Fern'\n  [8] StaticText 'Watered every 7 days'\n"
-          "  [9] form 'Watering reminder'\n")
-FORM_DEMO = Demo("Set the watering reminder of my Velvet Fern to every 4 days.", (
-    ("My plants", "/my-plants",
-     "[1] link 'Green Corner'\n[2] search\n  [3] searchbox 'Search plants'\n  [4] button 'Search'\n"
-     "[5] link 'My plants'\n[6] main\n  [7] heading 'My plants'\n  [8] link 'Snake Plant'\n"
-     "  [9] StaticText 'every 14 days'\n  [10] link 'Velvet Fern'\n  [11] StaticText 'every 7 days'",
-     "The reminder is set on the plant's own page: open it.", "click [10]"),
-    ("Velvet Fern", "/my-plants/velvet-fern",
-     _PLANT + "    [10] spinbutton 'Days between waterings' value='7'\n    [11] button 'Save reminder'",
-     "Type the new number into the field.", "type [10] [4] [0]"),
-    ("Velvet Fern", "/my-plants/velvet-fern",
-     _PLANT + "    [10] spinbutton 'Days between waterings' value='4' focused\n    [11] button 'Save reminder'",
-     "The field says 4; save the form with its button.", "click [11]"),
-    ("Velvet Fern", "/my-plants/velvet-fern",
-     _PLANT.replace("every 7 days", "every 4 days") + "    [10] spinbutton 'Days between waterings' value='4'\n"
-     "    [11] button 'Save reminder'\n  [12] StaticText 'Reminder saved.'",
-     "The page confirms the change; the task asks for no answer.", "stop []"),
-))  # fmt: skip
-
-# "My messages / my offers / my listings": the answer lives behind the account's own links, not in the search box.
-# v9's first move on every classifieds task about the user's own conversations (tasks 110, 113-116, 120) was the
-# listing search; it typed its answers into sellers' contact forms. Probe variant `inbox_demo`: negative (none of 5
-# such first states moved to Messages, docs/results/agent-v9-suite.md), so not in DEMOS.
-_SWAP = ("[1] link 'Swapshed'\n[2] search\n  [3] searchbox 'Search items'\n  [4] button 'Search'\n"
-         "[5] navigation 'Account'\n  [6] link 'Inbox'\n  [7] link 'My items'\n  [8] link 'Sign out'\n[9] main\n")
-INBOX_DEMO = Demo("How much did Ines Marlow offer me for my canoe paddle?", (
-    ("Swapshed", "/",
-     _SWAP + "  [10] heading 'Latest items'\n  [11] link 'Cedar canoe paddle'\n  [12] StaticText '$140.00'\n"
-     "  [13] link 'Brass floor lamp'\n  [14] StaticText '$60.00'",
-     "An offer made to me is in my own inbox, not in the item listings: open the inbox.", "click [6]"),
-    ("Inbox", "/inbox",
-     _SWAP + "  [10] heading 'Inbox'\n  [11] table 'Conversations'\n    [12] row\n      [13] link 'Brass floor lamp'\n"
-     "      [14] cell 'Teodor Vance'\n    [15] row\n      [16] link 'Cedar canoe paddle'\n      [17] cell 'Ines Marlow'",
-     "Open the conversation with Ines Marlow about the paddle.", "click [16]"),
-    ("Cedar canoe paddle", "/inbox/4",
-     _SWAP + "  [10] heading 'Cedar canoe paddle'\n  [11] StaticText 'Ines Marlow: Would you take $95 for it?'\n"
-     "  [12] StaticText 'You: It is still available.'\n  [13] textbox 'Your reply'\n  [14] button 'Send'",
-     "The conversation shows her offer: $95.", "stop [$95]"),
-))  # fmt: skip
-
 #: The demonstrations in front of every episode, in order (the search episode last: the commonest first move).
 DEMOS = (SORT_DEMO, SEARCH_DEMO)
 
 
-def demo_turns(reasoning: bool = False, labels: bool = True, demos: tuple[Demo, ...] = DEMOS,
-               compact: bool | None = None) -> list[dict[str, str]]:  # fmt: skip
+def demo_turns(reasoning: bool = False, labels: bool = True, demos: tuple[Demo, ...] = DEMOS) -> list[dict[str, str]]:
     """The demonstration episodes as chat messages (user, assistant, ...); with `reasoning` each reply carries its
-    one-line thought, in the format the grammar asks for; with `labels` actions name elements by label; with
-    `compact` the pages are shown as the compact observation shows live ones (`agent.observation.compact_tree`;
-    default: as live pages are, `agent.observation.COMPACT`, which needs labels)."""
-    from agent.observation import COMPACT, Observation, compact_tree
+    one-line thought, in the format the grammar asks for; with `labels` actions name elements by label."""
+    from agent.observation import Observation
 
-    compact = COMPACT and labels if compact is None else compact
-    if compact and not labels:
-        raise ValueError("compact demo pages renumber their ids: they need labels")
     messages: list[dict[str, str]] = []
     for demo in demos:
         history: list[str] = []
         for step, (title, path, tree, thought, action) in enumerate(demo.pages):
             page = Observation.from_text(tree, _DEMO_SITE + path, title)
             action = to_labels(action, page.labels()) if labels else action  # named on the page as written
-            if compact:
-                page = Observation.from_text(compact_tree(tree), page.url, title)
             last = history[-1] if history else None
             messages.append({"role": "user", "content": user_message(demo.intent, page, last, step, history)})
             messages.append({"role": "assistant", "content": f"{thought}\nAction: {action}" if reasoning else action})

@@ -7,10 +7,10 @@ import pytest
 
 from agent.actions import parse_action
 from agent.observation import parse_nodes
-from agent.prompt import DEMOS, FORM_DEMO, demo_turns
+from agent.prompt import DEMOS, demo_turns
 
 
-@pytest.mark.parametrize("demo", (*DEMOS, FORM_DEMO), ids=lambda d: d.intent[:30])
+@pytest.mark.parametrize("demo", DEMOS, ids=lambda d: d.intent[:30])
 def test_each_demo_action_targets_an_element_of_its_page(demo):
     for _title, _path, tree, _thought, action in demo.pages:
         parsed = parse_action(action)
@@ -30,22 +30,3 @@ def test_demo_turns_alternate_and_write_targets_as_asked(labels):
     # each demo starts its own history: its first turn lists no previous actions
     firsts = [m["content"] for m in turns if m["role"] == "user" and "Step 1." in m["content"]]
     assert len(firsts) == len(DEMOS) and not any("previous actions" in f for f in firsts)
-
-
-def test_compact_demo_pages_still_show_every_element_a_demo_acts_on():
-    from agent.observation import compact_tree
-
-    turns = demo_turns(compact=True)
-    pages = [m["content"] for m in turns if m["role"] == "user"]
-    actions = [m["content"] for m in turns if m["role"] == "assistant"]
-    assert len(pages) == len(actions) == sum(len(d.pages) for d in DEMOS)
-    for page, action in zip(pages, actions, strict=True):
-        target = parse_action(action).target
-        if isinstance(target, str):  # a label: the compact page shows that element's line
-            role, _, name = target.partition(" ")
-            assert f"{role} {name}" in page, f"{action!r} names no line of its compact page"
-    trees = [tree for d in DEMOS for _t, _p, tree, _th, _a in d.pages]
-    assert sum(len(compact_tree(t).splitlines()) for t in trees) < sum(len(t.splitlines()) for t in trees)
-    assert any("Price: $12.50 Pot size: 14 cm" in page for page in pages)  # the demo's two texts, merged
-    with pytest.raises(ValueError, match="labels"):
-        demo_turns(labels=False, compact=True)
