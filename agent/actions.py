@@ -2,7 +2,7 @@
 
 `VERB_TABLE` declares each verb once: its argument shape, prompt line, error example and executor function. The
 parser, `Action.to_text`, `ACTION_DOCS`, the constrained decoder's templates (`agent.constrained`) and the executor
-(`agent.executor`) all read it; adding a verb is one entry plus its executor function (tests/agent/test_verb_table.py
+(`runner.executor`) all read it; adding a verb is one entry plus its executor function (tests/agent/test_verb_table.py
 walks the table).
 
 Why tolerant: models wrap actions in prose and ``` fences. The parser looks for the action in this order and takes
@@ -28,14 +28,14 @@ from dataclasses import dataclass
 class Verb:
     """One verb, declared once. `args` is its argument shape (kinds in `ARG_FIELDS`, in bracket order); the parser,
     `Action.to_text`, the grammar template (`agent.constrained`, `verb [arg] [arg]`), the prompt (`ACTION_DOCS`,
-    from `usage` and `doc`) and the executor (`agent.executor.<executor>`) all read this entry."""
+    from `usage` and `doc`) and the executor (`runner.executor.<executor>`) all read this entry."""
 
     verb: str
     args: tuple[str, ...]
     usage: str  # how the prompt writes it, e.g. "type [id] [text] [1]"
     doc: str  # what it does, for the prompt
     example: str  # quoted in parse errors
-    executor: str  # the function in agent.executor that carries it out
+    executor: str  # the function in runner.executor that carries it out
     navigates: bool = False  # the executor waits for a navigation it may start
     target_roles: frozenset[str] | None = None  # AX roles its target may have; the constrained grammar offers no other
     skip_roles: frozenset[str] = frozenset()  # AX roles its target may not have (the grammar leaves them out)

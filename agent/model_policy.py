@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from confkv.policy import KVPolicy
 
 #: The agent's decision rules (bans, turn layout). Bump it when they change: it is part of an eval's run key
-#: (`agent.worker.agent_identity`), so a resumed batch never mixes two agents. 2: `page_bans`; 3: a verb whose
+#: (`runner.worker.agent_identity`), so a resumed batch never mixes two agents. 2: `page_bans`; 3: a verb whose
 #: targets are all banned is dropped for the turn (`ActionGrammar`); 4: a demonstration episode as chat turns;
 #: 5: click/hover only on controls, goto only a URL, no `type` right after a submitted one (`repeat_ban`);
 #: 6: as 5, but click/hover only avoid landmarks and containers (v5's ban on text/cells lost a pass at once);
@@ -231,7 +231,7 @@ class ModelAgent:
 
     def open_turn(self, observation: Observation, last_result: str | None) -> list[int]:
         """The new turn's token ids (previous reply's end marker, user message, assistant header), with the pins set
-        for it; the caller appends them. Shared by `act` and the trajectory-forced eval (`agent.forced`), so both
+        for it; the caller appends them. Shared by `act` and the trajectory-forced eval (`runner.forced`), so both
         feed the cache exactly the same turns."""
         if self.session is None or self.chat is None:
             raise RuntimeError("call begin(task_intent) before act()")

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.actions import quote_name
-
-if TYPE_CHECKING:
-    from agent.browser import BrowserSession
 
 # Subtrees that never carry information for the agent.
 DROP_ROLES = {"InlineTextBox", "LineBreak", "ListMarker"}
@@ -34,10 +31,6 @@ VALUE_ROLES = TEXT_FIELDS | {"combobox", "slider", "progressbar"}
 CHECKABLE_ROLES = {"checkbox", "radio", "switch", "menuitemcheckbox", "menuitemradio"}
 _SPACE = re.compile(r"\s+")
 LABEL_NAME_CHARS = 48  # a label longer than this is cut at a word: copying a whole paragraph costs decode steps
-
-
-class ObservationError(RuntimeError):
-    """The page could not be read although the browser is alive (e.g. it kept navigating)."""
 
 
 @dataclass
@@ -208,42 +201,3 @@ def format_tree(
     """
     entries = _drop_label_echoes(_walk(ax_nodes, link_urls, max_name_chars))
     return _render(entries, max_nodes)
-
-
-def observe(
-    session: BrowserSession, max_nodes: int = 400, link_urls: bool = False, max_name_chars: int = 150
-) -> Observation:
-    """Observe the active tab. Raises `BrowserCrashed` if the browser died, `ObservationError` if the page stays unreadable; waits (bounded) for DOM content."""
-    from playwright.sync_api import Error as PlaywrightError
-
-    page = session.active_page
-    session.chromium_pids()  # keep track of renderers spawned by navigation, so shutdown can reap them
-    try:
-        page.wait_for_load_state("domcontentloaded", timeout=session.timeout_ms)
-    except PlaywrightError:
-        pass  # a slow page is still observable; the tree shows what is there
-    for attempt in range(2):
-        try:
-            tree = session.cdp_send("Accessibility.getFullAXTree", page=page)
-            pages = session.pages
-            tabs = [p.title() for p in pages]
-            title = page.title()
-            break
-        except PlaywrightError as exc:
-            session.check_alive()  # raises BrowserCrashed with the real reason when the browser died
-            if attempt == 1:
-                raise ObservationError(f"could not read the accessibility tree of {page.url}: {exc}") from exc
-            page.wait_for_timeout(300)  # usually a navigation replaced the document mid-read; try once more
-    lines, ids, nodes, truncated = format_tree(tree["nodes"], max_nodes, link_urls, max_name_chars)
-    if truncated:
-        lines.append(f"... {truncated} more elements not shown")
-    return Observation(
-        text="\n".join(lines),
-        url=page.url,
-        title=title,
-        tabs=tabs,
-        active_tab=pages.index(page),
-        ids=ids,
-        nodes=nodes,
-        truncated=truncated,
-    )

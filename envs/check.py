@@ -1,7 +1,7 @@
 """The data side of `tasks check`: which tasks to check, the outcome per task, and the summary.
 
 The replay itself (reference solution and negative probe through the agent's own episode loop) is
-`agent.task_check`: envs holds tasks and evaluators and does not import the agent.
+`runner.task_check`: envs holds tasks and evaluators and does not import the agent.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# The runner's browser (e.g. `agent.browser.BrowserSession`: `active_page`, `close()`); envs does not import the agent.
+# The runner's browser (e.g. `runner.browser.BrowserSession`: `active_page`, `close()`); envs does not import the agent.
 BrowserSession = Any
 
 #: A slow local model may think for a minute per step; the default leaves room for ~10 steps.
@@ -44,7 +44,7 @@ class MiniWobEpisode:
     `open_session()` (e.g. `lambda: BrowserSession(allowed_origins=[], allow_file=True).start()`) and closes it.
 
     >>> with MiniWobEpisode("click-button", seed=3, session=browser) as ep:  # doctest: +SKIP
-    ...     ep.utterance, ep.session  # act through agent.executor on ep.session, then read ep.reward / ep.done
+    ...     ep.utterance, ep.session  # act through runner.executor on ep.session, then read ep.reward / ep.done
     """
 
     def __init__(self, task: str, seed: int = 0, max_time_s: float = DEFAULT_MAX_TIME_S,

@@ -1,8 +1,9 @@
 """The package layers and the module graph: no import cycles and no import up a layer, over every package.
 
 Layers, lowest first: `confkv` (the KV-cache library) and `envs` (tasks, sites, evaluators), side by side and
-independent of each other; then `traces` (the trace store, reports); then `agent` (the runner and the CLI). A module
-may import its own package and the layers below it, never a layer above or a package beside it.
+independent of each other; then `traces` (the trace store, reports); then `agent` (the agent: grammar, observation,
+prompt, `ModelAgent`); then `runner` (browser, episode loop, batches, backends); then `cli`, which nothing imports. A
+module may import its own package and the layers below it, never a layer above or a package beside it.
 
 Every import counts, wherever it is written: at the top, inside a function (a lazy import is still a dependency,
 and a lazy cycle is a cycle that only shows up in some call orders), under `if TYPE_CHECKING:`. Type-only imports
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"confkv": 0, "envs": 0, "traces": 1, "agent": 2}
+LAYERS = {"confkv": 0, "envs": 0, "traces": 1, "agent": 2, "runner": 3, "cli": 4}
 
 # A cycle that is known and owned elsewhere, to be broken there (each entry must still be a real cycle, so the
 # entry goes when the cycle does).

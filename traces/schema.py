@@ -25,7 +25,7 @@ RUNS_COLUMNS: dict[str, type] = {
     "git_revision": str,  # commit hash, "+dirty" when the tree had uncommitted changes; NULL outside git
     "machine": str,  # JSON: cpu, cores, torch version, cuda device (NULL without GPU), python, platform
     "notes": str,
-    "mode": str,  # "free" (the agent decides) or "forced" (reference trajectory teacher-forced, agent.forced)
+    "mode": str,  # "free" (the agent decides) or "forced" (reference trajectory teacher-forced, runner.forced)
 }
 
 # One row per attempt at a task; a crashed attempt stays as status 'error' and a rerun gets a new row.

@@ -60,7 +60,7 @@ class TraceSummary:
 
 def interrupted(row: Mapping[str, Any]) -> bool:
     """Whether an episode was cut short from outside (Ctrl-C, SIGTERM, a process that died): not an outcome of the
-    agent. `agent.episode` and the store's stale-claim sweep both write errors that start with "interrupted"."""
+    agent. `runner.episode` and the store's stale-claim sweep both write errors that start with "interrupted"."""
     return row["status"] == "error" and str(row.get("error") or "").startswith("interrupted")
 
 

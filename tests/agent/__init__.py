@@ -1,1 +1,2 @@
-"""Tests of the agent runtime: browser, observations, actions, executor, stop rules."""
+"""Tests of the agent itself: the action grammar, observations as text, the prompt and demonstrations, constrained
+decoding and stop rules."""

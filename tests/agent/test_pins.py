@@ -13,7 +13,7 @@ from agent.model_policy import ModelAgent
 from agent.observation import Observation
 from confkv.policies import PRESETS, get_policy
 from confkv.testing import tiny_model
-from tests.agent.tiny_chat import tiny_chat_tokenizer
+from tests.tiny_chat import tiny_chat_tokenizer
 
 
 def _small_policy(name: str):

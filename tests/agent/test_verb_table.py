@@ -3,7 +3,7 @@ executor function, and an example that parses and round-trips. A verb missing an
 
 from __future__ import annotations
 
-import agent.executor
+import runner.executor
 from agent.actions import ACTION_DOCS, ARG_FIELDS, VERB_TABLE, ActionParseError, Verb, parse_action
 from agent.constrained import ActionGrammar
 
@@ -16,7 +16,7 @@ def walk(verbs: tuple[Verb, ...]) -> list[str]:
         name = verb.verb
         if not verb.doc or f"{verb.usage}" not in ACTION_DOCS or verb.doc not in ACTION_DOCS:
             problems.append(f"{name}: no line in ACTION_DOCS")
-        if not callable(getattr(agent.executor, verb.executor, None)) or agent.executor._HANDLERS.get(name) is None:
+        if not callable(getattr(runner.executor, verb.executor, None)) or runner.executor._HANDLERS.get(name) is None:
             problems.append(f"{name}: no executor function {verb.executor!r}")
         if any(kind not in ARG_FIELDS or kind not in grammar.arg_segments for kind in verb.args):
             problems.append(f"{name}: an argument kind without a field or a grammar segment")
@@ -35,7 +35,7 @@ def walk(verbs: tuple[Verb, ...]) -> list[str]:
 
 def test_every_verb_has_every_part() -> None:
     assert walk(VERB_TABLE) == []
-    assert [v.verb for v in VERB_TABLE] == list(agent.executor._HANDLERS)
+    assert [v.verb for v in VERB_TABLE] == list(runner.executor._HANDLERS)
 
 
 def test_the_walk_catches_a_verb_with_missing_parts() -> None:

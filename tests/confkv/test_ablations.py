@@ -48,13 +48,13 @@ def test_int8_key_scales_runs_each_variant_for_real():
 def test_the_cli_says_how_to_install_the_text_when_it_is_missing(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from cli.main import app
     from confkv.bench import common
 
     monkeypatch.setattr(common.shutil, "which", lambda _name: None)
     model, _ = tiny_model("llama")
     model.save_pretrained(tmp_path / "m", safe_serialization=True)
-    from tests.agent.tiny_chat import tiny_chat_tokenizer
+    from tests.tiny_chat import tiny_chat_tokenizer
 
     tiny_chat_tokenizer().save_pretrained(tmp_path / "m")
     for command in ("gate-rate", "gate-vs-fixed", "int8-keys"):

@@ -239,7 +239,7 @@ def test_memory_qwen32b_numbers():
 def test_memory_cli_reads_a_ppl_trajectory(tmp_path):
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from cli.main import app
 
     ppl_json = tmp_path / "ppl-x.json"
     ppl_json.write_text(json.dumps({"stride": 2, "confkv_budget_trajectory": [192, 96, 96],

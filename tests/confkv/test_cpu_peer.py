@@ -26,7 +26,7 @@ def test_our_side_reports_prefill_and_decode_for_every_variant():
 def test_cpu_peer_without_llama_cpp_says_how_to_install_it(monkeypatch):
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from cli.main import app
 
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` raises ImportError
     result = CliRunner().invoke(app, ["bench", "cpu-peer", "--model", "smollm2-135m"])

@@ -232,7 +232,7 @@ def test_bench_kernel_cli_reports_every_variant_as_json():
 
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from cli.main import app
 
     result = CliRunner().invoke(app, ["bench", "kernel", *TINY_BENCH, "--json"])
     assert result.exit_code == 0, result.output
@@ -256,7 +256,7 @@ def test_bench_kernel_cli_reports_every_variant_as_json():
 def test_bench_kernel_cli_rejects_bad_lengths():
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from cli.main import app
 
     result = CliRunner().invoke(app, ["bench", "kernel", "--lengths", "1k,2k"])
     assert result.exit_code != 0 and "comma-separated integers" in result.output

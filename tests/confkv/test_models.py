@@ -291,7 +291,7 @@ def test_untrusted_existing_dir_is_replaced(fake_registry, monkeypatch):
 def test_models_cli_list_and_pull_errors(fake_registry, monkeypatch):
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from cli.main import app
 
     runner = CliRunner()
     result = runner.invoke(app, ["models", "list", "--json"])

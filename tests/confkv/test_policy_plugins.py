@@ -69,7 +69,7 @@ def test_a_ranker_with_a_parameter_is_one_module_and_one_registry_line(stride_ra
 
 
 def test_the_listing_and_keys_follow_the_registry(stride_ranker) -> None:
-    from agent.cli_policies import listing
+    from cli.policies import listing
 
     keys = {k["key"]: k for k in listing()["keys"]}
     assert keys["stride"]["default"] == 4 and keys["stride"]["allowed"] == ">= 1"

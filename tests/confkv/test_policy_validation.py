@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import app
+from cli.main import app
 from confkv.policies import PRESETS, PolicyError, get_policy
 
 

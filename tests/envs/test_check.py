@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import app
+from cli.main import app
 
 pytestmark = pytest.mark.browser
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"

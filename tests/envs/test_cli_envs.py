@@ -8,8 +8,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from agent.cli import app
-from agent.cli_envs import parse_site_names
+from cli.envs import parse_site_names
+from cli.main import app
 
 
 def test_serve_prints_urls_and_stops(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ CAP = f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({MEMORY_CAP}, {
 def tasks_check(*args: str, timeout: float = 120, columns: int = 80) -> subprocess.CompletedProcess[str]:
     """`confkv-agent tasks check ...` in a fresh process with its memory capped, so a regression fails this test
     with a MemoryError instead of swapping or waking the OOM killer on a shared machine."""
-    boot = f"{CAP}import sys\nfrom agent.cli import main; main(sys.argv[1:])"
+    boot = f"{CAP}import sys\nfrom cli.main import main; main(sys.argv[1:])"
     return subprocess.run([sys.executable, "-c", boot, "tasks", "check", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, "COLUMNS": str(columns)})  # fmt: skip
 
@@ -103,7 +103,7 @@ def test_a_fifo_or_a_device_named_yaml_is_refused_not_read(tmp_path: Path) -> No
     assert "not a regular file (a FIFO)" in reasons["shopping_020.yaml"]
     assert "not a regular file (a character device)" in reasons["shopping_021.yaml"]
     assert "hint: unknown key" in reasons["shopping_022.yaml"]
-    run = subprocess.run([sys.executable, "-c", f"{CAP}import sys\nfrom agent.cli import main; main(sys.argv[1:])",
+    run = subprocess.run([sys.executable, "-c", f"{CAP}import sys\nfrom cli.main import main; main(sys.argv[1:])",
                           "run", str(tmp_path / "shopping_020.yaml"), "--policy", "scripted", "--db",
                           str(tmp_path / "t.sqlite")], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert run.returncode == 2 and "not a regular file (a FIFO)" in run.stderr and len(run.stderr) < 400, run.stderr

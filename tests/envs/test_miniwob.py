@@ -19,9 +19,9 @@ def test_task_list_and_unknown_task() -> None:
 @pytest.mark.browser
 def test_click_button_right_and_wrong() -> None:
     from agent.actions import parse_action
-    from agent.browser import BrowserSession
-    from agent.executor import execute
-    from agent.observation import observe
+    from runner.browser import BrowserSession
+    from runner.executor import execute
+    from runner.observe import observe
 
     with BrowserSession(allowed_origins=[], allow_file=True) as session:
         first = MiniWobEpisode("click-button", seed=7, session=session).start()

@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from agent.cli import app
+from cli.main import app
 
 runner = CliRunner()
 

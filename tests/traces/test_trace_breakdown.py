@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import app
+from cli.main import app
 from envs import TASKS_DIR
 from envs.taskspec import load_task
 from traces.breakdown import breakdown, breakdown_markdown

@@ -145,7 +145,7 @@ def test_app_navigates_episodes_steps_and_side_by_side(browse_db) -> None:
 def test_browse_on_a_missing_database_is_a_one_line_error(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from cli.main import app
 
     result = CliRunner().invoke(app, ["traces", "browse", "--db", str(tmp_path / "nope.sqlite")])
     assert result.exit_code == 1 and "no trace database at" in result.output

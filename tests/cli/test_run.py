@@ -1,0 +1,59 @@
+"""`confkv-agent run` / `eval` through typer's runner: clear errors with exit code 2, and a scripted eval."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+
+TASKS = Path(__file__).resolve().parents[2] / "tasks"
+runner = CliRunner()
+
+
+def _invoke(args: list[str]):
+    return runner.invoke(app, args)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", str(TASKS / "shopping_001.yaml"), "--policy", "nope"], "unknown policy 'nope'"),
+        (["run", str(TASKS / "shopping_001.yaml"), "--set", "bogus=1"], "unknown policy key 'bogus'"),
+        (["run", str(TASKS / "shopping_001.yaml"), "--model", "no-such-model"], "unknown model 'no-such-model'"),
+        (["run", str(TASKS / "shopping_001.yaml"), "--model", "./missing/dir"], "does not exist"),
+        (["run", "missing.yaml", "--policy", "scripted"], "cannot read: No such file"),
+        (["eval", str(TASKS / "shopping_001.yaml"), "--policies", "full,bogus"], "unknown policy 'bogus'"),
+    ],
+)
+def test_bad_input_is_a_clear_error_with_exit_code_2(args, message, tmp_path):
+    db = tmp_path / "t.sqlite"
+    result = _invoke([*args, "--db", str(db)])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not db.exists()  # nothing was started or written
+
+
+def test_malformed_task_file_names_the_problem(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("task_id: 1\nsites: [shopping]\nintent: x\nstart_url: __SHOPPING__/\n")
+    result = _invoke(["run", str(bad), "--policy", "scripted", "--db", str(tmp_path / "t.sqlite")])
+    assert result.exit_code == 2 and "eval: required key is missing" in result.output
+
+
+@pytest.mark.browser
+def test_scripted_eval_prints_the_promised_json_and_resumes(tmp_path):
+    db = tmp_path / "t.sqlite"
+    args = ["eval", str(TASKS / "shopping_001.yaml"), str(TASKS / "shopping_002.yaml"), "--policies", "scripted",
+            "--db", str(db), "--json"]  # fmt: skip
+    first = _invoke(args)
+    assert first.exit_code == 0, first.output
+    doc = json.loads(first.stdout[first.stdout.index("{") :])
+    scripted = doc["policies"]["scripted"]
+    assert scripted["episodes"] == 2 and scripted["success_rate"] == 1.0
+    assert {"retention_vs_full", "peak_kv_ratio_vs_full"} <= scripted.keys()
+    again = _invoke(args)
+    assert "0 episodes to run, 2 already finished" in again.output

@@ -1,0 +1,119 @@
+"""`eval --mode forced` end to end on a tiny random model: real sites, real browser, real trace store.
+
+What must hold whatever the weights: `full` against itself has ΔNLL exactly 0 (the same trajectory, the same
+cache); a cache that keeps only the sinks (plus the pinned system prompt and current turn) of a long-memory task
+has dropped the pages the answer was read from, so the answer is scored differently (ΔNLL != 0). The SIGN of that
+ΔNLL is a property of the model, not of the cache: a random model gains nothing from context (measured on this
+task: -0.005 nats/token), so ΔNLL > 0 is checked with a real model in docs/results/forced-smoke.md, not here.
+A reference step that fails marks the task broken with the step's error, not a score; a second run over the same
+database scores nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.actions import parse_action
+from cli.main import app
+from confkv.policies import get_policy
+from confkv.testing import tiny_model
+from envs.taskspec import load_task
+from runner.forced import ForcedSpec, budget_policy, forced_specs, run_forced
+from tests.tiny_chat import tiny_chat_tokenizer
+from traces.forced import forced_rows, summarize_forced
+from traces.store import TraceStore
+
+TASKS = Path(__file__).resolve().parents[2] / "tasks"
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, _ = tiny_model("qwen2", max_position_embeddings=65536)
+    return model, tiny_chat_tokenizer()
+
+
+def test_budgets_are_matched_in_bytes(tiny):
+    model, _ = tiny
+    fp = 2 * 2 * 16 * 4  # K+V, 2 KV heads, head dim 16, fp32
+    q8 = 2 * 2 * (16 + 4)  # int8 K+V plus an fp32 scale each
+    conf = budget_policy(get_policy("confkv"), 256, model)
+    window = conf.int8_after
+    assert window * fp + (conf.n_high - window) * q8 <= 256 * fp < window * fp + (conf.n_high + 1 - window) * q8
+    assert conf.n_low < conf.n_high and conf.min_layer_budget <= conf.n_low
+    assert budget_policy(get_policy("sliding"), 256, model).budget == 256  # no INT8: tokens = budget
+    h2o = budget_policy(get_policy("h2o"), 128, model)  # the preset's 256-token window would not fit
+    assert h2o.budget == 128 and h2o.protect < 128
+    labels = [s.label for s in forced_specs(["full", "sliding"], {}, [128, 256], model)]
+    assert labels == ["full", "sliding@128", "sliding@256"]
+
+
+def test_forced_mode_end_to_end(tiny, tmp_path):
+    from envs.server import Sites
+
+    model, tok = tiny
+    long_task = load_task(TASKS / "shopping_015.yaml", parse_step=parse_action)
+    assert long_task.memory_span == "long"
+    broken = long_task.model_copy(update={"task_id": 98, "reference_solution": ["click [link 'No such link']",
+                                                                                "stop [x]"]})
+    sinks_only = get_policy("sliding", {"budget": "5", "sinks": "4", "protect": "0"})
+    specs = [ForcedSpec("full", get_policy("full"), "full"), ForcedSpec("sinks", sinks_only, "sliding", 5)]
+    seen: list[dict] = []
+    with Sites(["shopping"], workdir=tmp_path / "sites") as sites, TraceStore(tmp_path / "t.sqlite") as store:
+        run_forced([long_task, broken], specs, model, tok, "tiny", store, sites, on_result=seen.append)
+        rows = forced_rows(store.db)
+        assert [r["status"] for r in seen] == ["done", "done", "broken", "broken"]
+        assert "step 1 \"click [link 'No such link']\" failed" in seen[2]["reason"]
+        summary = summarize_forced(rows)
+        full, sinks = summary["full"], summary["sinks"]
+        assert full.answer_dnll_long == 0.0 and full.action_dnll == 0.0 and full.paired == 1
+        assert sinks.paired == 1 and sinks.answer_dnll_long != 0
+        assert sinks.peak_kv_vs_full < 0.7 and full.broken == 1
+        by_policy = {r["policy"]: r for r in rows if not r["broken"]}
+        assert by_policy["full"]["answer_tokens"] == len(tok("Maplewood Insulated Bike Helmet, $154.00").input_ids)
+        assert by_policy["full"]["greedy_answer"] is not None and by_policy["full"]["steps"] == 7
+        episode = by_policy["full"]["episode_id"]
+        assert [s["action"] for s in store.steps(episode)][0].startswith("click [")  # ids, as the agent writes
+        assert store.summary().policies == {}  # forced runs stay out of the free-running table
+        seen.clear()
+        run_forced([long_task], specs, model, tok, "tiny", store, sites, on_result=seen.append)
+        assert seen == []  # resumed: everything finished is skipped
+        from traces.report import write_report
+
+        assert tmp_path / "rep" / "forced_frontier.png" in write_report(store, tmp_path / "rep")
+    result = CliRunner().invoke(app, ["traces", "summary", "--db", str(tmp_path / "t.sqlite"), "--json"])
+    assert result.exit_code == 0, result.output
+    forced = json.loads(result.output)["forced"]
+    assert forced["mode"] == "forced" and forced["policies"]["full"]["answer_dnll_long"] == 0.0
+    assert forced["policies"]["sinks"]["broken"] == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--mode", "bogus"], "--mode must be free or forced"),
+    (["--budgets", "128"], "--budgets needs --mode forced"),
+    (["--mode", "forced", "--budgets", "12x"], "comma-separated integers"),
+    (["--mode", "forced", "--policies", "scripted"], "drop 'scripted'"),
+])  # fmt: skip
+def test_forced_cli_rejects_bad_input_before_anything_runs(tmp_path, args, message):
+    result = CliRunner().invoke(app, ["eval", str(TASKS / "shopping_001.yaml"), "--db", str(tmp_path / "t.sqlite"),
+                                      *args])  # fmt: skip
+    assert result.exit_code == 2 and message in result.output
+    assert not (tmp_path / "t.sqlite").exists()
+
+
+def test_common_tasks_keeps_only_tasks_every_label_finished():
+    from traces.forced import common_tasks
+
+    def row(task: str, policy: str, broken: int = 0) -> dict:
+        return {"task_id": task, "policy": policy, "broken": broken}
+
+    rows = [row("1", "full"), row("1", "sliding"), row("2", "full"), row("3", "full"), row("3", "sliding", 1)]
+    assert sorted((r["task_id"], r["policy"]) for r in common_tasks(rows)) == [("1", "full"), ("1", "sliding")]
+    assert common_tasks([row("1", "full")]) == [row("1", "full")]
+    with_broken_label = [*rows, row("1", "h2o", 1)]  # a label whose only task broke does not empty the set
+    assert ("1", "sliding") in {(r["task_id"], r["policy"]) for r in common_tasks(with_broken_label)}
+    disjoint = [row("1", "full"), row("2", "sliding")]
+    assert common_tasks(disjoint) == disjoint  # nothing in common: every row, rather than an empty plot
