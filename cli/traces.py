@@ -1,4 +1,4 @@
-"""`confkv-agent traces ls|summary|breakdown|compare|browse`, `confkv-agent replay` and `confkv-agent report`: read the trace database.
+"""`confkv-agent traces ls|summary|breakdown|compare|browse|forced-table|miniwob`, `confkv-agent replay` and `confkv-agent report`: read the trace database.
 
 These commands only read, so they never create a database: a missing or foreign file is a one-line error.
 sqlite-utils, rich rendering and matplotlib are imported inside the commands to keep `--help` fast.
@@ -299,14 +299,83 @@ def compare_command(
         typer.echo(compare_markdown(pairs))
 
 
+def _label(text: str) -> str:
+    """A user-typed label inside an error line: short, and as its repr, so a control character is shown, not
+    obeyed."""
+    return repr(text if len(text) <= 40 else f"{text[:40]}...")
+
+
+def forced_table_command(
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    policies: str | None = typer.Option(None, "--policies", help="Only these policy labels, comma-separated "
+                                        "(e.g. full,confkv@512)."),
+    common: bool = typer.Option(False, "--common", help="Only the tasks every kept label finished unbroken, so "
+                                "absolute figures (NLL, KV MiB) average the same tasks."),
+    run: list[int] = typer.Option(None, "--run", help="Only these run ids (repeatable)."),
+) -> None:
+    """Trajectory-forced results as Markdown: per policy label, then per task (the tables of
+    docs/results/forced-*.md)."""
+    from traces.fmt import terminal_safe
+    from traces.forced import common_tasks, forced_markdown, forced_rows
+
+    run_ids = _ids(run, "run", db)
+    with _open(db) as store:
+        rows = forced_rows(store.db, run_ids)
+    if policies is not None:
+        keep = [p.strip() for p in policies.split(",") if p.strip()]
+        have = {r["policy"] for r in rows}
+        missing = [p for p in keep if p not in have]
+        if not keep or missing:
+            raise _fail(f"no forced results for policy {_label(missing[0] if missing else policies)} in {db}; "
+                        f"it has: {terminal_safe(', '.join(sorted(have))) or 'none'}")  # fmt: skip
+        rows = [r for r in rows if r["policy"] in keep]
+    if not rows:
+        typer.echo(f"no finished forced episodes in {db}")
+        return
+    typer.echo(forced_markdown(common_tasks(rows) if common else rows))
+
+
+def miniwob_command(
+    run: list[int] = typer.Option(..., "--run", help="Run ids of an `eval --suite miniwob`, one per policy "
+                                  "(repeatable; `traces ls` shows them)."),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    out: Path | None = typer.Option(None, "--out", help="Also write the results as JSON to this file."),
+) -> None:
+    """Per-task MiniWoB++ success, policy beside policy, on the (task, seed) pairs every policy finished: Wilson
+    95% intervals, paired wins and losses against the first policy (`full`), peak KV vs full."""
+    from traces.miniwob import miniwob_json, miniwob_markdown, miniwob_results
+    from traces.store import TraceStoreError
+
+    run_ids = _ids(run, "run", db) or []
+    if out is not None and out.is_dir():
+        raise _fail(f"--out {out} is a directory; pass a file")
+    with _open(db) as store:
+        try:
+            results = miniwob_results(store, run_ids)
+        except TraceStoreError as exc:
+            raise _fail(str(exc)) from None
+    if results.per_task:
+        typer.echo(miniwob_markdown(results))
+    else:
+        typer.echo(f"no (task, seed) in {db} that runs {', '.join(map(str, run_ids))} all finished")
+    if out is not None:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(miniwob_json(results), indent=2) + "\n")
+        except OSError as exc:
+            raise _fail(f"cannot write --out {out}: {exc.strerror or exc}") from None
+
+
 def register(app: typer.Typer) -> None:
-    """Add `traces ls|summary`, `replay` and `report` to the root app."""
+    """Add the `traces` group, `replay` and `report` to the root app."""
     traces_app = typer.Typer(help="Inspect recorded episodes.", no_args_is_help=True)
     traces_app.command("ls")(ls_command)
     traces_app.command("summary")(summary_command)
     traces_app.command("browse")(browse_command)
     traces_app.command("breakdown")(breakdown_command)
     traces_app.command("compare")(compare_command)
+    traces_app.command("forced-table")(forced_table_command)
+    traces_app.command("miniwob")(miniwob_command)
     app.add_typer(traces_app, name="traces")
     app.command("replay")(replay_command)
     app.command("report")(report_command)

@@ -44,3 +44,11 @@ def terminal_safe(text: str) -> str:
     (`ESC]0;...` retitles the window, `ESC[41m` recolours, `ESC[2J` clears the screen); Rich passes ESC through
     even in `Text`. Everything that prints such text to a terminal goes through this one function."""
     return _CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def markdown_cell(value: object) -> str:
+    """`value` as one Markdown table cell that stays data: a `|` in a task id or an answer would end the cell and
+    shift every column after it, a newline would end the row, and control characters go through `terminal_safe`
+    because these tables are printed to a terminal before they are pasted into docs."""
+    text = str(value).replace("\r", " ").replace("\n", " ").replace("\t", " ")
+    return terminal_safe(text).replace("|", "\\|")

@@ -186,6 +186,38 @@ def forced_table(summary: Mapping[str, ForcedPolicySummary], title: str = "Traje
     return table
 
 
+def forced_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The per-policy summary, then one row per (task, policy): the tables of docs/results/forced-*.md, as
+    `confkv-agent traces forced-table` prints them. Labels, task ids, answers and broken reasons are cells of data
+    (`markdown_cell`); a greedy answer is shown as its repr so an empty or blank answer is visible."""
+    from traces.fmt import markdown_cell as cell
+
+    def num(v: float | None, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    lines = ["| policy | tasks | broken | answer ΔNLL long | answer ΔNLL short | action ΔNLL | action NLL | answer NLL "
+             "| action acc | exact/pass/judged | mean KV vs full | peak KV vs full |", "|" + "---|" * 12]  # fmt: skip
+    for s in summarize_forced(rows).values():
+        lines.append(f"| {cell(s.policy)} | {s.tasks} | {s.broken} | {num(s.answer_dnll_long, '+.3f')} | "
+                     f"{num(s.answer_dnll_short, '+.3f')} | {num(s.action_dnll, '+.3f')} | {num(s.action_nll, '.3f')} | "
+                     f"{num(s.answer_nll, '.3f')} | {num(s.action_acc, '.1%')} | "
+                     f"{s.answer_exact}/{s.answer_pass}/{s.judged} | {num(s.mean_kv_vs_full, '.1%')} | "
+                     f"{num(s.peak_kv_vs_full, '.1%')} |")  # fmt: skip
+    lines += ["", "| task | policy | steps | action tokens | action NLL | answer tokens | answer NLL | greedy answer "
+              "| pass | peak KV MiB |", "|" + "---|" * 10]  # fmt: skip
+    for r in sorted(rows, key=lambda r: (str(r["task_id"]), r["policy"] != BASELINE, r["policy"])):
+        head = f"| {cell(r['task_id'])} | {cell(r['policy'])} |"
+        if r["broken"]:
+            lines.append(f"{head} broken: {cell(r['broken'])} |" + " |" * 7)
+            continue
+        answer = "-" if r["greedy_answer"] is None else cell(repr(r["greedy_answer"]))
+        peak_mib = None if r["peak_kv_bytes"] is None else r["peak_kv_bytes"] / 2**20
+        lines.append(f"{head} {r['steps']} | {r['action_tokens']} | {num(r['action_nll'], '.3f')} | "
+                     f"{r['answer_tokens']} | {num(r['answer_nll'], '.3f')} | {answer} | "
+                     f"{num(r['answer_pass'], 'd')} | {num(peak_mib, '.0f')} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def plot_frontier(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     """Answer ΔNLL vs full (y) against mean and peak KV bytes (x, two columns), one line per base policy across
     its budgets, long-memory tasks in the top row and short ones below; over the tasks every label finished

@@ -1,0 +1,190 @@
+"""`confkv-agent traces forced-table` and `traces miniwob`: the Markdown tables of docs/results, from trace
+databases filled through the store's own write path (runs, episodes, forced results)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from traces.forced import BROKEN_PREFIX, record_forced
+from traces.miniwob import wilson
+from traces.store import TraceStore
+
+runner = CliRunner()
+HOSTILE = "\x1b]0;pwned\x07|[bold]x[/bold]"  # a terminal title escape, a cell separator, rich markup
+
+
+def _forced(store: TraceStore, run: int, task: str, *, span: str = "long", action: float, answer: float,
+            peak: int = 2**20, greedy: str | None = "42") -> None:
+    episode = store.start_episode(run, task)
+    label = store.run(run)["policy"]
+    result = {"task_id": task, "policy": label, "base_policy": label.split("@")[0], "memory_span": span,
+              "trajectory_sha": f"sha-{task}", "steps": 3, "action_tokens": 10, "action_nll": action,
+              "action_acc": 0.5, "answer_tokens": 2, "answer_nll": answer, "answer_acc": 0.5, "greedy_answer": greedy,
+              "answer_exact": 1, "answer_pass": 1, "mean_kv_bytes": peak / 2, "peak_kv_bytes": peak,
+              "full_kv_bytes": 4 * 2**20}  # fmt: skip
+    record_forced(store, episode, result, [])
+    store.finish_episode(episode, success=True, peak_kv_bytes=peak, full_kv_bytes=4 * 2**20)
+
+
+@pytest.fixture
+def forced_db(tmp_path: Path) -> Path:
+    """full and confkv on tasks 1 (long) and 2 (short), task 3 broken for both; sliding finished task 1 only."""
+    path = tmp_path / "forced.sqlite"
+    with TraceStore(path) as store:
+        runs = {p: store.start_run("tiny", p, {"name": p}, mode="forced", git_revision=None, machine=None)
+                for p in ("full", "confkv", "sliding")}  # fmt: skip
+        _forced(store, runs["full"], "1", action=0.5, answer=1.0, peak=4 * 2**20)
+        _forced(store, runs["full"], "2", span="short", action=0.4, answer=2.0, peak=4 * 2**20)
+        _forced(store, runs["confkv"], "1", action=0.7, answer=1.5, greedy=HOSTILE)
+        _forced(store, runs["confkv"], "2", span="short", action=0.6, answer=2.25)
+        _forced(store, runs["sliding"], "1", action=0.6, answer=1.1, peak=2 * 2**20)
+        for p in ("full", "confkv"):
+            store.fail_episode(store.start_episode(runs[p], "3"), BROKEN_PREFIX + "step 1 'click [9]' failed")
+    return path
+
+
+def _table(output: str, header: str) -> dict[tuple[str, ...], list[str]]:
+    """The rows of the Markdown table whose header starts with `header`, keyed by their first cells."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header} |"))
+    rows = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        rows[tuple(cells[:2]) if header == "task" else (cells[0],)] = cells
+    return rows
+
+
+def test_forced_table_prints_the_policy_summary_and_every_task_row(forced_db: Path) -> None:
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db)])
+    assert result.exit_code == 0, result.output
+    summary = _table(result.output, "policy")
+    assert list(summary) == [("full",), ("confkv",), ("sliding",)]  # baseline first
+    # confkv vs full on the same trajectories: answer ΔNLL +0.5 (long task 1) and +0.25 (short task 2), action +0.2
+    assert summary[("confkv",)][:7] == ["confkv", "2", "1", "+0.500", "+0.250", "+0.200", "0.650"]
+    assert summary[("confkv",)][9:] == ["2/2/2", "25.0%", "25.0%"]
+    assert summary[("full",)][1:6] == ["2", "1", "+0.000", "+0.000", "+0.000"]
+    assert summary[("sliding",)][1:5] == ["1", "0", "+0.100", "-"]
+    tasks = _table(result.output, "task")
+    assert [k for k in tasks if k[0] == "1"] == [("1", "full"), ("1", "confkv"), ("1", "sliding")]
+    assert tasks[("3", "confkv")][2] == "broken: step 1 'click [9]' failed"
+    assert tasks[("2", "full")][2:] == ["3", "10", "0.400", "2", "2.000", "'42'", "1", "4"]
+    assert tasks[("1", "sliding")][-1] == "2"  # peak KV MiB
+
+
+def test_forced_table_keeps_the_chosen_labels_and_the_common_tasks(forced_db: Path) -> None:
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db), "--policies", "full,confkv"])
+    assert result.exit_code == 0, result.output
+    assert list(_table(result.output, "policy")) == [("full",), ("confkv",)]
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db), "--common"])
+    assert result.exit_code == 0, result.output
+    # only task 1 was finished by all three labels, so task 2's short-memory delta is gone
+    assert {k[0] for k in _table(result.output, "task")} == {"1"}
+    assert _table(result.output, "policy")[("confkv",)][1:6] == ["1", "0", "+0.500", "-", "+0.200"]
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db), "--policies", "full,h2o"])
+    assert result.exit_code == 1
+    assert "no forced results for policy 'h2o'" in result.output and "confkv, full, sliding" in result.output
+
+
+def test_forced_table_cells_stay_data(forced_db: Path) -> None:
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db)])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("| 1 | confkv |"))
+    # the answer is one cell: its `|` escaped, its escapes shown, its markup printed as typed
+    assert "\\x1b]0;pwned\\x07\\|[bold]x[/bold]" in row and len(row.replace("\\|", "").split("|")) == 12
+
+
+def _miniwob(store: TraceStore, run: int, name: str, seed: int, success: bool | None, *, peak: int,
+             steps: int = 1) -> None:
+    episode = store.start_episode(run, f"miniwob/{name}/{seed}")
+    for step in range(steps):
+        store.add_step(episode, step=step, action="click [1]")
+    if success is None:
+        store.fail_episode(episode, "chromium died", peak_kv_bytes=peak, full_kv_bytes=1000)
+    else:
+        store.finish_episode(episode, success=success, peak_kv_bytes=peak, full_kv_bytes=1000, wall_s=10.0 * steps)
+
+
+@pytest.fixture
+def miniwob_db(tmp_path: Path) -> tuple[Path, dict[str, int]]:
+    """full and confkv on click-button seeds 0-2 and enter-text seeds 0-1; confkv also started focus-text alone
+    (a stopped eval's half-done task: compared by nobody)."""
+    path = tmp_path / "miniwob.sqlite"
+    outcomes = {  # (task, seed) -> (full, confkv); None = an error episode (a failure)
+        ("click-button", 0): (True, True), ("click-button", 1): (True, False), ("click-button", 2): (False, True),
+        ("enter-text", 0): (True, True), ("enter-text", 1): (None, True),
+    }  # fmt: skip
+    with TraceStore(path) as store:
+        runs = {p: store.start_run("tiny", p, {"n_low": 128}, git_revision=None, machine=None)
+                for p in ("full", "confkv")}  # fmt: skip
+        for (name, seed), (full, confkv) in outcomes.items():
+            steps = 1 if name == "click-button" else 2
+            _miniwob(store, runs["full"], name, seed, full, peak=1000, steps=steps)
+            _miniwob(store, runs["confkv"], name, seed, confkv, peak=300 if name == "click-button" else 500,
+                     steps=steps)  # fmt: skip
+        _miniwob(store, runs["confkv"], "focus-text", 0, True, peak=900)
+        other = store.start_run("tiny", "sliding", {}, git_revision=None, machine=None)
+        store.finish_episode(store.start_episode(other, "shopping-1"), success=True)
+        runs["sliding"] = other
+        runs["full-again"] = store.start_run("tiny", "full", {"n_low": 64}, git_revision=None, machine=None)
+    return path, runs
+
+
+def test_miniwob_table_intervals_paired_counts_and_kv(miniwob_db: tuple[Path, dict[str, int]], tmp_path: Path) -> None:
+    db, runs = miniwob_db
+    out = tmp_path / "docs" / "miniwob.json"
+    args = ["traces", "miniwob", "--db", str(db), "--run", str(runs["confkv"]), "--run", str(runs["full"])]
+    result = runner.invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "| task | seeds | full | confkv |"  # full first whatever the --run order
+    assert "| click-button | 3 | 2/3 | 2/3 |" in lines and "| enter-text | 2 | 1/2 | 2/2 |" in lines
+    assert "| **all** | 5 (task, seed) | **3/5** | **4/5** |" in lines
+    assert not any("focus-text" in line for line in lines)
+    lo, hi = wilson(3, 5)
+    assert (lo, hi) == pytest.approx((0.2307, 0.8824), abs=1e-4)  # the textbook Wilson interval of 3/5
+    assert wilson(0, 9)[0] == 0.0 and wilson(9, 9)[1] == 1.0 and wilson(0, 0) == (0.0, 1.0)
+    assert "full: 3/5 = 60% (Wilson 95% 23%-88%)" in lines
+    assert "confkv: 4/5 = 80% (Wilson 95% 38%-96%)" in lines
+    assert "confkv vs full, paired by (task, seed): 2 won, 1 lost, 2 tied" in lines
+    # peak KV / full over the compared episodes only (focus-text's 0.9 is not among them)
+    assert "confkv: peak KV / full 0.38 (min 0.30, max 0.50); steps median 1, mean 1.4; episode wall median 10 s" in lines
+    assert any(line.startswith("full: peak KV / full 1.00 (min 1.00, max 1.00)") for line in lines)
+    data = json.loads(out.read_text())
+    assert data["db"] == str(db) and set(data["runs"]) == {str(runs["full"]), str(runs["confkv"])}
+    assert data["runs"][str(runs["confkv"])] == {"model": "tiny", "policy": "confkv", "config": {"n_low": 128}}
+    assert data["per_task"] == {"click-button": {"full": [1, 1, 0], "confkv": [1, 0, 1]},
+                                "enter-text": {"full": [1, 0], "confkv": [1, 1]}}  # fmt: skip
+    assert data["totals"]["full"] == {"success": 3, "episodes": 5, "ci95": pytest.approx([lo, hi])}
+    assert data["totals"]["confkv"]["paired_vs"] == {"policy": "full", "won": 2, "lost": 1}
+    assert len(data["episodes"]) == 11  # every final attempt, focus-text and the error included
+    errors = [e for e in data["episodes"] if e["status"] == "error"]
+    assert [(e["task_id"], e["policy"], e["success"]) for e in errors] == [("miniwob/enter-text/1", "full", 0)]
+
+
+def test_miniwob_bad_input_is_one_line(miniwob_db: tuple[Path, dict[str, int]], tmp_path: Path) -> None:
+    db, runs = miniwob_db
+    cases = {
+        ("--db", str(tmp_path / "nope.sqlite"), "--run", "1"): "no trace database at",
+        ("--db", str(db), "--run", "99"): "no run 99",
+        ("--db", str(db), "--run", str(runs["sliding"])): "is not an `eval --suite miniwob` run",
+        ("--db", str(db), "--run", str(runs["full"]), "--run", str(runs["full-again"])): "are both policy 'full'",
+        ("--db", str(db), "--run", "1", "--out", str(tmp_path)): "is a directory",
+    }
+    for args, message in cases.items():
+        result = runner.invoke(app, ["traces", "miniwob", *args])
+        assert result.exit_code == 1, (args, result.output)
+        assert message in result.output and "Traceback" not in result.output, args
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "nope.sqlite").exists()
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database\n")
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(text)])
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
