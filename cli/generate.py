@@ -53,29 +53,27 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Generate with a Conf-KV policy and show confidence, budget, kept tokens and KV bytes per step."""
         from rich.console import Console
+        from rich.markup import escape
 
+        from cli.policies import build_policies
         from confkv.generation import generate, plain_generate
         from confkv.models import load
-        from confkv.policies import PolicyError, get_policy, parse_overrides
+        from traces.fmt import terminal_safe
 
         err = Console(stderr=True)
         if chat and raw:
             err.print("[red]error:[/] --chat and --raw contradict each other; pass one")
             raise typer.Exit(2)
-        try:
-            pol = get_policy(policy, parse_overrides(overrides))
-        except PolicyError as exc:
-            err.print(f"[red]error:[/] {exc}")
-            raise typer.Exit(2) from exc
+        pol = build_policies([policy], overrides)[policy]
         try:
             mdl, tok = load(model, dtype=checked_dtype(dtype, model=model))
         except (FileNotFoundError, ValueError) as exc:
-            err.print(f"[red]error:[/] {exc}")
+            err.print(f"[red]error:[/] {escape(terminal_safe(str(exc)))}")  # a model path is data
             raise typer.Exit(2) from exc
         try:
             chat = use_chat_template(model, tok, chat, raw)
         except ValueError as exc:
-            err.print(f"[red]error:[/] {exc}")
+            err.print(f"[red]error:[/] {escape(terminal_safe(str(exc)))}")
             raise typer.Exit(2) from exc
         result = generate(mdl, tok, prompt, pol, max_new_tokens, chat=chat, ignore_eos=ignore_eos)
         payload = result.to_json()

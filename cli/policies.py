@@ -1,4 +1,5 @@
-"""`confkv-agent policies`: every registered KV policy and `--set` key, read from the registry.
+"""`confkv-agent policies`: every registered KV policy and `--set` key, read from the registry; and
+`build_policies`, which turns a command's `--policy`/`--set` arguments into `KVPolicy` objects once, at the edge.
 
 Why a command and not a list in each `--policy` help: the names and keys live in `confkv.policies` and
 `confkv.rankers`, and importing them loads torch, which `--help` must not wait for (see cli.main). So the help
@@ -8,8 +9,40 @@ strings point here, and this prints whatever is registered now.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from confkv.policy import KVPolicy
+
+
+def build_policies(names: Sequence[str], items: list[str] | None, policy_hint: str = "--policy") -> dict[str, KVPolicy]:
+    """name -> the built `KVPolicy` with every `--set key=value` applied and checked: the one place a command's
+    policy arguments are parsed, so the runner and the library receive objects and never re-parse strings (and a
+    typo is one usage error before any model, browser or database is touched).
+
+    An unknown name is a `BadParameter` on `policy_hint`; a malformed item, unknown key or out-of-range value is one
+    on `--set`. With no names the items are still checked for their `key=value` form."""
+    from confkv.policies import PolicyError, get_policy, parse_overrides
+    from traces.fmt import terminal_safe
+
+    try:
+        overrides = parse_overrides(items)
+    except PolicyError as exc:
+        raise typer.BadParameter(terminal_safe(str(exc)), param_hint="--set") from None
+    built: dict[str, KVPolicy] = {}
+    for name in dict.fromkeys(names):
+        try:
+            get_policy(name)
+        except PolicyError as exc:
+            raise typer.BadParameter(terminal_safe(str(exc)), param_hint=policy_hint) from None
+        try:
+            built[name] = get_policy(name, overrides)
+        except PolicyError as exc:
+            raise typer.BadParameter(terminal_safe(str(exc)), param_hint="--set") from None
+    return built
 
 
 def listing() -> dict:

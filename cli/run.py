@@ -18,6 +18,7 @@ from traces import DEFAULT_DB_PATH
 from traces.fmt import terminal_safe
 
 if TYPE_CHECKING:
+    from confkv.policy import KVPolicy
     from runner.episode import EpisodeResult
     from traces.records import DecodeToken, StepRecord
 
@@ -59,21 +60,24 @@ def check_db_path(db: Path) -> None:
             raise ValueError(f"--db {db} exists but is not an SQLite database; pass another path")
 
 
-def _validate(policies: list[str], overrides: list[str] | None, model: str, db: Path | None = None) -> dict[str, str]:
+def _validate(policies: list[str], overrides: list[str] | None, model: str, db: Path | None = None,
+              policy_hint: str = "--policy") -> dict[str, KVPolicy]:
+    """Every input checked before anything starts; returns the KV policies, built once here (`scripted` has none)."""
+    from cli.policies import build_policies
     from confkv.models import UnknownModelError
-    from confkv.policies import PolicyError, parse_overrides
-    from runner.worker import SCRIPTED, check_policy_names
+    from runner.worker import SCRIPTED
 
+    if not policies:
+        raise typer.BadParameter("no policies given", param_hint=policy_hint)
+    built = build_policies([p for p in policies if p != SCRIPTED], overrides, policy_hint)
     try:
-        parsed = parse_overrides(overrides)
-        check_policy_names(policies, parsed)
-        if any(p != SCRIPTED for p in policies):
+        if built:
             _check_model(model)
         if db is not None:
             check_db_path(db)
-    except (PolicyError, UnknownModelError, OSError, ValueError) as exc:
+    except (UnknownModelError, OSError, ValueError) as exc:
         raise _usage_error(str(exc)) from None
-    return parsed
+    return built
 
 
 def _agent_dtype(name: str, int8: bool, policies: list[str], model: str) -> str:
@@ -182,13 +186,13 @@ def register(app: typer.Typer) -> None:
 
         if max_steps is None:
             max_steps = DEFAULT_TASK_MAX_STEPS if task is None else 30
-        parsed = _validate([policy], overrides, model, db)
+        built = _validate([policy], overrides, model, db)
         try:
             the_task = load_task(task or DEFAULT_TASK, parse_step=parse_action)
         except TaskSpecError as exc:
             raise _usage_error(str(exc)) from None
         console = Console(stderr=True)
-        settings = AgentSettings(model=model, overrides=parsed, constrained=not free, reasoning=reasoning, int8=int8,
+        settings = AgentSettings(model=model, policies=built, constrained=not free, reasoning=reasoning, int8=int8,
                                  max_steps=max_steps, dtype=_agent_dtype(dtype, int8, [policy], model))  # fmt: skip
         console.print(f"task {the_task.task_id}: {clip(the_task.intent, 300)}\npolicy {policy}, model "
                       f"{model if policy != 'scripted' else '-'}, up to {max_steps} steps, db {db}",
@@ -221,7 +225,7 @@ def register(app: typer.Typer) -> None:
         backend: str = typer.Option("local", "--backend", help="local (processes on this machine) or ray"),
         address: str = typer.Option(None, "--address", help="ray: cluster address [default: start a local Ray]"),
         policies: str = typer.Option("full,confkv", "--policies", help=f"comma-separated: {_POLICY_HELP}"),
-        overrides: list[str] = typer.Option(None, "--set", help="policy override key=value (all policies)"),
+        overrides: list[str] = typer.Option(None, "--set", help=f"{SET_HELP}; applies to every policy"),
         model: str = typer.Option(DEFAULT_AGENT_MODEL, "--model", help="registry name, HF directory or .gguf"),
         workers: int = typer.Option(1, "--workers", min=1, help="worker processes (each loads the model)"),
         db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help="trace database"),
@@ -248,7 +252,7 @@ def register(app: typer.Typer) -> None:
         from traces.summary import summary_table
 
         names = list(dict.fromkeys(p.strip() for p in policies.split(",") if p.strip()))  # scripted,scripted: once
-        parsed = _validate(names, overrides, model, db)
+        built = _validate(names, overrides, model, db, policy_hint="--policies")
         if backend not in ("local", "ray"):
             raise _usage_error(f"--backend must be local or ray, got {backend!r}")
         budget_list = _budgets(mode, budgets, names)
@@ -261,7 +265,7 @@ def register(app: typer.Typer) -> None:
         selected = selected[:limit] if limit else selected
         max_steps = max_steps or (10 if suite == "miniwob" else 30)
         console = Console(stderr=True)
-        settings = AgentSettings(model=model, overrides=parsed, constrained=not free, reasoning=reasoning, int8=int8,
+        settings = AgentSettings(model=model, policies=built, constrained=not free, reasoning=reasoning, int8=int8,
                                  max_steps=max_steps, dtype=_agent_dtype(dtype, int8, names, model))  # fmt: skip
         progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             console=console)  # fmt: skip

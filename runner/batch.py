@@ -74,7 +74,7 @@ def run_batch(
     `backend="ray"` runs them on a Ray cluster (`runner.backends.ray`; `address` None = a local Ray)."""
     from traces.store import TraceStore
 
-    check_policy_names(policies, settings.overrides)
+    check_policy_names(policies, settings)
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     with TraceStore(db) as store:
@@ -142,11 +142,11 @@ def run_forced_batch(
 
     if SCRIPTED in policies:
         raise ValueError("--mode forced scores KV policies; 'scripted' has no cache to score")
-    check_policy_names(policies, settings.overrides)
+    check_policy_names(policies, settings)
     from confkv.models import load_for_inference
 
     model, tokenizer = load_for_inference(settings.model, settings.dtype, settings.int8)
-    specs = forced_specs(policies, settings.overrides, budgets, model)
+    specs = forced_specs({name: settings.kv_policy(name) for name in policies}, budgets, model)
     agent = {"constrained": settings.constrained, "reasoning": settings.reasoning, "int8": settings.int8,
              "dtype": settings.dtype, **agent_identity(settings.reasoning, labels=False)}  # fmt: skip
     with TraceStore(db) as store, Sites(sorted({n for t in tasks for n in t.sites})) as sites:

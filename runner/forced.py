@@ -28,7 +28,7 @@ import copy
 import dataclasses
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -111,13 +111,11 @@ def budget_policy(policy: KVPolicy, budget: int, model: Any) -> KVPolicy:
     return policy.with_values(**values)
 
 
-def forced_specs(names: Sequence[str], overrides: dict[str, str], budgets: Sequence[int], model: Any) -> list[ForcedSpec]:
-    """Without budgets one spec per policy; with them, every evicting policy at every budget (`full` once)."""
-    from confkv.policies import get_policy
-
+def forced_specs(policies: Mapping[str, KVPolicy], budgets: Sequence[int], model: Any) -> list[ForcedSpec]:
+    """Without budgets one spec per policy (name -> built policy, in order); with them, every evicting policy at
+    every budget (`full` once)."""
     out: list[ForcedSpec] = []
-    for name in names:
-        policy = get_policy(name, overrides)
+    for name, policy in policies.items():
         if not budgets or not policy.evicts:
             out.append(ForcedSpec(name, policy, name))
             continue

@@ -20,6 +20,7 @@ from runner.heap import trim_heap
 
 if TYPE_CHECKING:
     from agent.model_policy import Agent
+    from confkv.policy import KVPolicy
     from envs.taskspec import Task
     from runner.episode import EpisodeResult
 
@@ -28,35 +29,45 @@ SCRIPTED = "scripted"
 
 @dataclass
 class AgentSettings:
-    """How the model policies are built (shared by `run` and `eval`)."""
+    """How the model policies are built (shared by `run` and `eval`).
+
+    `policies` holds the KV policies already built, by name, with their overrides applied and checked: the command
+    line builds them once (`cli.policies.build_policies`), and every process that runs episodes (spawned workers,
+    Ray actors: the settings travel pickled) uses those objects, so no layer below the CLI parses `--set` strings.
+    A name not in it is the registered preset unchanged (a caller without overrides need not build anything)."""
 
     model: str
-    overrides: dict[str, str] = field(default_factory=dict)
+    policies: dict[str, KVPolicy] = field(default_factory=dict)
     constrained: bool = True
     reasoning: bool = False
     int8: bool = False
     max_steps: int = 30
     dtype: str = "fp32"  # a concrete precision name (confkv.models.precision): the CLI resolves `auto` first
 
+    def kv_policy(self, name: str) -> KVPolicy:
+        """The built policy for `name`; raises `PolicyError` for a name that is neither built nor registered."""
+        built = self.policies.get(name)
+        if built is not None:
+            return built
+        from confkv.policies import get_policy
 
-def check_policy_names(names: Sequence[str], overrides: dict[str, str]) -> None:
-    """Fail fast (before any browser or model) on an unknown policy or override key."""
-    from confkv.policies import get_policy
+        return get_policy(name)
 
+
+def check_policy_names(names: Sequence[str], settings: AgentSettings) -> None:
+    """Fail fast (before any browser or model) on a policy name that is neither built nor registered."""
     if not names:
         raise ValueError("no policies given")
     for name in names:
         if name != SCRIPTED:
-            get_policy(name, overrides)
+            settings.kv_policy(name)
 
 
 def run_config(policy: str, settings: AgentSettings) -> tuple[str, dict[str, Any]]:
     """(model name, config) identifying a run; the config holds everything that changes the agent's behaviour."""
     if policy == SCRIPTED:
         return SCRIPTED, {"agent": "reference_solution"}
-    from confkv.policies import get_policy
-
-    config = get_policy(policy, settings.overrides).to_dict()
+    config = settings.kv_policy(policy).to_dict()
     config["agent"] = {"constrained": settings.constrained, "reasoning": settings.reasoning, "int8": settings.int8,
                        "max_steps": settings.max_steps, "dtype": settings.dtype, **agent_identity(settings.reasoning)}  # fmt: skip
     return settings.model, config
@@ -95,14 +106,13 @@ class Worker:
 
         if policy == SCRIPTED:
             return ScriptedAgent(task.reference_solution)
-        from confkv.policies import get_policy
-
+        kv_policy = self.settings.kv_policy(policy)
         if self._model is None:
             from confkv.models import load_for_inference
 
             self._model = load_for_inference(self.settings.model, self.settings.dtype, self.settings.int8)
         model, tokenizer = self._model
-        return ModelAgent(model, tokenizer, get_policy(policy, self.settings.overrides),
+        return ModelAgent(model, tokenizer, kv_policy,
                            constrained=self.settings.constrained, reasoning=self.settings.reasoning,
                            model_name=self.settings.model)  # fmt: skip
 

@@ -57,3 +57,35 @@ def test_scripted_eval_prints_the_promised_json_and_resumes(tmp_path):
     assert {"retention_vs_full", "peak_kv_ratio_vs_full"} <= scripted.keys()
     again = _invoke(args)
     assert "0 episodes to run, 2 already finished" in again.output
+
+
+def test_eval_hands_the_runner_the_policies_built_once_with_their_overrides(monkeypatch, tmp_path):
+    import runner.batch
+    from confkv.policies import get_policy
+    from traces.summary import summarize
+
+    seen = {}
+
+    def fake_run_batch(tasks, names, settings, db, **kw):
+        seen.update(names=names, settings=settings)
+        return None, summarize([])
+
+    monkeypatch.setattr(runner.batch, "run_batch", fake_run_batch)
+    result = _invoke(["eval", str(TASKS / "shopping_001.yaml"), "--policies", "full,confkv,scripted", "--set",
+                      "n_low=128", "--set", "tau=0.4", "--dtype", "fp32", "--db", str(tmp_path / "t.sqlite"),
+                      "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert seen["names"] == ["full", "confkv", "scripted"]
+    policies = seen["settings"].policies
+    assert list(policies) == ["full", "confkv"]  # `scripted` has no cache
+    assert policies["confkv"] == get_policy("confkv", {"n_low": 128, "tau": 0.4})
+    assert policies["full"] == get_policy("full", {"n_low": 128, "tau": 0.4})  # --set applies to every policy
+
+
+def test_policy_errors_are_data_not_console_markup(tmp_path):
+    for args in (["generate", "hi"], ["run", str(TASKS / "shopping_001.yaml"), "--db", str(tmp_path / "t.sqlite")]):
+        result = _invoke([*args, "--set", "[red]x[/red]=1"])
+        assert result.exit_code == 2, result.output
+        assert "unknown policy key '[red]x[/red]'" in result.output, result.output
+    result = _invoke(["generate", "hi", "--model", "./[red]x[/red].gguf", "--dtype", "fp32"])
+    assert result.exit_code == 2 and "model path [red]x[/red].gguf does not exist" in result.output, result.output

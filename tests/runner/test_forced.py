@@ -47,7 +47,8 @@ def test_budgets_are_matched_in_bytes(tiny):
     assert budget_policy(get_policy("sliding"), 256, model).budget == 256  # no INT8: tokens = budget
     h2o = budget_policy(get_policy("h2o"), 128, model)  # the preset's 256-token window would not fit
     assert h2o.budget == 128 and h2o.protect < 128
-    labels = [s.label for s in forced_specs(["full", "sliding"], {}, [128, 256], model)]
+    labels = [s.label for s in forced_specs({"full": get_policy("full"), "sliding": get_policy("sliding")}, [128, 256],
+                                            model)]  # fmt: skip
     assert labels == ["full", "sliding@128", "sliding@256"]
 
 

@@ -47,3 +47,17 @@ def test_two_scripted_episodes_on_ray_are_written_once_by_the_driver(tmp_path: P
     assert summary.policies["scripted"].success_rate == 1.0
     again, _ = run_batch(tasks, ["scripted"], settings, db, workers=2, backend="ray")
     assert again.pending == [] and again.skipped == 2  # resume reads the same store
+
+
+def test_settings_with_built_policies_reach_a_ray_worker_with_the_same_run_key() -> None:
+    from cli.policies import build_policies
+    from runner.worker import run_config
+
+    settings = AgentSettings(model="m", policies=build_policies(["confkv"], ["n_low=128", "tau=0.4"]), dtype="bf16")
+
+    @ray.remote(num_cpus=1)
+    def remote_config(shipped: AgentSettings) -> tuple[str, dict]:
+        assert shipped.policies["confkv"].n_low == 128
+        return run_config("confkv", shipped)
+
+    assert ray.get(remote_config.remote(settings)) == run_config("confkv", settings)
