@@ -1,9 +1,10 @@
-"""`bench decisions | precision | cpu-peer`: what a precision (or KV policy) changes in the agent's decisions, what
-the machine's precisions cost, and how our CPU path compares with llama.cpp's.
+"""`bench actions | decisions | precision | cpu-peer`: the hand-written bench commands, which do not fit the
+benchmark protocol (`confkv.bench.protocol`): `actions` and `decisions` run the agent in the browser or on a trace DB
+(`decisions` also resumes from, and writes, one JSONL per configuration under its own `--out`), `precision` reports
+what `--dtype auto` measured rather than running a benchmark, and `cpu-peer` needs an optional package and a GGUF.
 
 `bench decisions` replays recorded episodes of a trace DB (`runner.decisions`) and compares each configuration's
 greedy action with the reference's (the first `--dtypes` entry and the first `--policies` entry) state by state.
-`bench precision` prints what `--dtype auto` measured and would choose for a model on this machine.
 """
 
 from __future__ import annotations
@@ -20,6 +21,31 @@ from cli.options import checked_dtype, dtype_option
 
 def _split(text: str) -> list[str]:
     return list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+
+
+@bench.command("actions")
+def actions(
+    model: str = typer.Option("qwen2.5-coder-1.5b", "--model", help="registry name, HF directory or .gguf"),
+    modes: str = typer.Option("free,constrained", "--modes", help="comma-separated: free, constrained"),
+    precisions: str = typer.Option("fp32,int8", "--precisions", help="comma-separated: fp32, bf16, int8 (dynamic)"),
+    limit: int = typer.Option(None, "--limit", min=1, help="only the first N of the 12 cases"),
+    as_json: bool = typer.Option(False, "--json", help="print the full report as JSON"),
+) -> None:
+    """Single-step action accuracy on 12 real site states: free vs constrained decoding, fp32 vs INT8."""
+    from runner.bench_actions import format_report, run_bench
+
+    mode_list = [m.strip() for m in modes.split(",") if m.strip()]
+    prec_list = [p.strip() for p in precisions.split(",") if p.strip()]
+    if not mode_list or set(mode_list) - {"free", "constrained"}:
+        raise typer.BadParameter(f"--modes must be free and/or constrained, got {modes!r}")
+    if not prec_list or set(prec_list) - {"fp32", "bf16", "int8"}:
+        raise typer.BadParameter(f"--precisions must be among fp32, bf16, int8, got {precisions!r}")
+    report = run_bench(model, mode_list, prec_list, limit, progress=lambda m: typer.echo(m, err=True))
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    for line in format_report(report):
+        typer.echo(line)
 
 
 @bench.command("decisions")
@@ -157,13 +183,13 @@ def precision(
 
         import torch
 
-        from cli.bench import _agent_prompts
         from confkv.models import load
         from confkv.models.precision import layer_errors as errors_of
+        from runner.bench_dtype import agent_prompts
 
         target = checked_dtype(layer_errors, announce=False)
         mdl, tok = load(model, "fp32")
-        head, _ = _agent_prompts(tok, 1, 64)
+        head, _ = agent_prompts(tok, 1, 64)
         rows = errors_of(mdl, torch.tensor([head]), target)
         data["layer_errors"] = {"precision": target, "tokens": len(head), "rows": rows}
         for phase in ("prefill", "decode"):

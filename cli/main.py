@@ -33,9 +33,8 @@ _COMMAND_MODULES = (
     "cli.models",  # models list / pull
     "cli.generate",  # generate
     "cli.policies",  # policies (the registered KV policies and --set keys)
-    "cli.bench",  # bench decode / kernel / ppl / niah / klshift / memory / actions / dtype
-    "cli.bench_ablations",  # bench gate-rate / gate-vs-fixed / int8-keys
-    "cli.bench_agent",  # bench decisions / precision
+    "cli.bench",  # bench: the registered benchmarks (cli.bench.BENCHMARKS)
+    "cli.bench_agent",  # bench actions / decisions / precision / cpu-peer
     "cli.envs",  # envs serve
     "cli.tasks",  # tasks check
     "cli.run",  # run / eval

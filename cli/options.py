@@ -21,22 +21,9 @@ def dtype_option(default: str = "auto"):
 def checked_dtype(name: str, announce: bool = True, model: str | None = None) -> str:
     """Validate `--dtype` before anything is loaded and resolve `auto` (for `model`'s shapes, measured once per
     machine); returns the concrete precision name and, with `announce`, prints why it was chosen."""
-    from confkv.models.dtype import DtypeError, resolve_precision
+    from confkv.bench.protocol import OptionError, resolve_dtype
 
-    config, registry_name = None, None
-    if name == "auto" and model is not None:
-        from confkv.models.load import MODELS, _config, resolve
-
-        path = resolve(model, lambda m: typer.echo(m, err=True))
-        if path.is_dir():
-            config = _config(path)
-        registry_name = model if model in MODELS else None
     try:
-        precision, lines = resolve_precision(name, config=config, model_name=registry_name,
-                                             progress=lambda m: typer.echo(m, err=True))  # fmt: skip
-    except DtypeError as exc:
+        return resolve_dtype(name, model, lambda m: typer.echo(m, err=True), announce)
+    except OptionError as exc:
         raise typer.BadParameter(str(exc), param_hint="--dtype") from None
-    if announce:
-        for line in lines:
-            typer.echo(f"dtype: {line}" if len(lines) == 1 else line, err=True)
-    return precision.name

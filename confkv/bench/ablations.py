@@ -16,9 +16,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from confkv.bench.ppl import stream_nll
+from confkv.bench.protocol import Benchmark, Progress, option, resolve_dtype
 from confkv.policies import get_policy
 from confkv.session import ConfKVSession
 
@@ -102,3 +104,63 @@ def int8_key_scales(
         nlls, _ = stream_nll(model, list(ids), policy, stride=1)
         ppl[name] = math.exp(sum(nlls) / len(nlls))
     return {"tokens": len(ids), "stride": 1, "budget": budget, "ppl": ppl}
+
+
+MODEL_HELP = "registry name or HF directory"
+
+
+def _on_text(model_name: str, tokens: int, dtype: str, progress: Progress,
+             job: Callable[[Any, list[int]], dict[str, Any]]) -> dict[str, Any]:
+    """Load the model, read the first `tokens` tokens of the benchmark text, run `job` on them."""
+    from confkv.bench.common import corpus_ids
+    from confkv.models import load_for_inference
+
+    name = resolve_dtype(dtype, model_name, progress)
+    model, tokenizer = load_for_inference(model_name, dtype=name)
+    return {"model": model_name, "dtype": name, **job(model, corpus_ids(tokenizer, tokens))}
+
+
+@dataclass
+class GateRateOptions:
+    model: str = option("smollm2-135m", MODEL_HELP)
+    tokens: int = option(512, "tokens of the text: the first half prefilled", low=4)
+    q: float = option(0.2, "the running quantile of tau=auto:q", low=0.0, high=1.0)
+    dtype: str = option("auto", kind="dtype")
+
+
+@dataclass
+class GateVsFixedOptions:
+    model: str = option("smollm2-135m", MODEL_HELP)
+    tokens: int = option(600, low=4)
+    tau: str = option("auto:0.2", "the gated runs' tau")
+    dtype: str = option("auto", kind="dtype")
+
+
+@dataclass
+class Int8KeysOptions:
+    model: str = option("smollm2-135m", MODEL_HELP)
+    tokens: int = option(600, low=4)
+    budget: int = option(256, "the fixed budget of the ranker variants", low=8)
+    dtype: str = option("auto", kind="dtype")
+
+
+GATE_RATE = Benchmark(
+    "gate-rate", GateRateOptions, stem="gate-open",
+    run=lambda o, say: _on_text(o.model, o.tokens, o.dtype, say, lambda m, ids: gate_open_rates(m, ids, o.q)),
+    table=lambda r: [f"tau {tau:10s} " + "  ".join(f"{k} {v:.4f}" for k, v in row.items())
+                     for tau, row in r["gate"].items()],
+    help="How often the confidence gate opens: fixed tau = 0.5 against tau=auto:q, teacher-forced token by token.",
+)
+GATE_VS_FIXED = Benchmark(
+    "gate-vs-fixed", GateVsFixedOptions,
+    run=lambda o, say: _on_text(o.model, o.tokens, o.dtype, say, lambda m, ids: gate_vs_fixed(m, ids, o.tau)),
+    table=lambda r: [f"{name:28s} ppl {row['ppl']:.3f}  mean KV {row['mean_kv_bytes'] / 2**20:.2f} MiB  gate open "
+                     f"{row['gate_open_rate']}  {row['overrides']}" for name, row in r["rows"].items()],
+    help="The gate against the same ranker with the gate off, at equal mean resident bytes (PPL, stride 1).",
+)
+INT8_KEYS = Benchmark(
+    "int8-keys", Int8KeysOptions,
+    run=lambda o, say: _on_text(o.model, o.tokens, o.dtype, say, lambda m, ids: int8_key_scales(m, ids, o.budget)),
+    table=lambda r: [f"{name:24s} ppl {ppl:.3f}" for name, ppl in r["ppl"].items()],
+    help="What INT8 costs in PPL at a fixed budget: model dtype, INT8 keys per token, INT8 keys per channel.",
+)

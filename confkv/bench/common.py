@@ -72,8 +72,8 @@ INSTALL_HINT = "install it with: sudo apt-get install bible-kjv   (Debian/Ubuntu
 _VERSE = re.compile(r"^\s*\d+\s+(.*)$")
 
 
-class CorpusMissingError(RuntimeError):
-    """The benchmark text is not installed."""
+class CorpusMissingError(RuntimeError, ValueError):
+    """The benchmark text is not installed: an input the user must provide, so the CLI shows it as a usage error."""
 
 
 def parse_bible_output(raw: str) -> str:

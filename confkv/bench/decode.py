@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 import torch
 from transformers import DynamicCache
 
+from confkv.bench.protocol import Benchmark, OptionError, Progress, ints, label, option, resolve_dtype
 from confkv.policies import get_policy
 from confkv.session import ConfKVSession
 
@@ -160,3 +161,69 @@ def prefill_ratios(report: dict) -> dict[int, float]:
         if row.get("prefill_tokens_per_s"):
             by_ctx.setdefault(row["context"], {})[row["variant"]] = row["prefill_tokens_per_s"]
     return {ctx: v["confkv"] / v["full"] for ctx, v in by_ctx.items() if "confkv" in v and "full" in v}
+
+
+@dataclass
+class DecodeOptions:
+    model: str = option("smollm2-135m")
+    contexts: str = option("512,1024,2048,4096,8192", "context lengths, comma-separated")
+    steps: int = option(16, "decode steps timed per run", low=1)
+    repeats: int = option(3, "interleaved repeats (median reported)", low=1)
+    quick: bool = option(False, "contexts 512,2048,4096 and 2 repeats")
+    overrides: list[str] | None = option(None, "confkv policy override key=value", flag="--set")
+    dtype: str = option("auto", kind="dtype")
+    dtypes: str | None = option(None, "several dtypes in one run, comma-separated (e.g. fp32,bf16): one table, a "
+                                "JSON per dtype; overrides --dtype")  # fmt: skip
+
+
+def run(opts: DecodeOptions, progress: Progress) -> dict:
+    """One `run_decode_bench` per dtype, each on its own load of the model: {"model", "per_dtype", "reports"}."""
+    from confkv.models import load
+    from confkv.policies import parse_overrides
+
+    contexts = ints("512,2048,4096" if opts.quick else opts.contexts, "contexts")
+    wanted = [d.strip() for d in (opts.dtypes.split(",") if opts.dtypes else [opts.dtype]) if d.strip()]
+    if not wanted:
+        raise OptionError("dtypes", f"expected comma-separated dtypes, got {opts.dtypes!r}")
+    chosen = [resolve_dtype(d, opts.model, progress, option_name="dtypes" if opts.dtypes else "dtype") for d in wanted]
+    overrides = parse_overrides(opts.overrides)
+    reports = []
+    for name in dict.fromkeys(chosen):
+        model, _ = load(opts.model, dtype=name)
+        report = run_decode_bench(model, model.config.vocab_size, list(contexts), opts.steps,
+                                  2 if opts.quick else opts.repeats, overrides)  # fmt: skip
+        report["model"], report["dtype"] = opts.model, name
+        reports.append(report)
+        del model
+    return {"model": opts.model, "per_dtype": bool(opts.dtypes), "reports": reports}
+
+
+def table(result: dict):
+    """One rich table over every dtype's rows; ratios are within one dtype."""
+    from rich.table import Table
+
+    first = result["reports"][0]
+    t = Table(title=f"decode ms/step, {result['model']}, {first['threads']} threads, median of {first['repeats']}")
+    for col in ("dtype", "context", "variant", "ms/step", "vs plain", "bookkeeping", "kept tokens", "KV MiB",
+                "prefill tok/s", "gate open"):
+        t.add_column(col, justify="right")
+    for report in result["reports"]:
+        ups = speedups(report)
+        for r in report["rows"]:
+            share = "" if r["bookkeeping_share"] is None else f"{100 * r['bookkeeping_share']:.1f}%"
+            pre = "" if not r.get("prefill_tokens_per_s") else f"{r['prefill_tokens_per_s']:.0f}"
+            gate = "" if r.get("gate_open_rate") is None else f"{100 * r['gate_open_rate']:.0f}%"
+            t.add_row(report["dtype"], str(r["context"]), r["variant"], f"{r['ms_per_step']:.1f}",
+                      f"{ups[r['context']][r['variant']]:.2f}x", share, str(r["kept_tokens"]),
+                      f"{r['kv_bytes'] / 2**20:.1f}", pre, gate)
+    return t
+
+
+BENCHMARK = Benchmark(
+    "decode", DecodeOptions, run, table,
+    files=lambda opts, r: {f"decode_{label(r['model'])}" + (f"_{rep['dtype']}" if r["per_dtype"] else "") + ".json":
+                           rep for rep in r["reports"]},
+    printed=lambda r: r["reports"] if r["per_dtype"] else r["reports"][0],
+    help="Decode ms/step after N context tokens: plain DynamicCache vs our `full` vs `confkv`, interleaved; and "
+         "prefill tokens/s of `full` and `confkv`. Ratios are within one dtype.",
+)

@@ -21,8 +21,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from confkv.bench.protocol import Benchmark, Progress, ints, option
 from confkv.kernels import SegmentedKV, reference_attention, segmented_attention, select_backend
 
+CPU_DEFAULT_LENGTHS = "512,1024,2048"
+GPU_DEFAULT_LENGTHS = "1024,2048,4096,8192,16384,32768"
 ROTATE_BYTES = 256 << 20  # > 2x the H200's 50 MB L2 (and any CPU LLC)
 MAX_COPIES = 64
 
@@ -227,3 +230,32 @@ def format_report(report: dict) -> list[str]:
             f"{r['gbps']:>8.1f} {r['speedup_vs_sdpa']:>7.2f}x {err:>9}"
         )
     return lines + summarize(report)
+
+
+@dataclass
+class KernelOptions:
+    """`bench kernel`'s options (the shapes to time); `KernelBenchConfig` is what the timing loop takes."""
+
+    lengths: str | None = option(None, f"context lengths, comma-separated [GPU: {GPU_DEFAULT_LENGTHS}; CPU: "
+                                        f"{CPU_DEFAULT_LENGTHS}]")  # fmt: skip
+    batch: int = option(1, low=1)
+    heads: int = option(32, "query heads", low=1)
+    kv_heads: int = option(8, low=1)
+    head_dim: int = option(128, low=1)
+    recent: int = option(128, "tokens kept in the model dtype in the INT8 variant", low=0)
+    iters: int = option(20, low=1)
+    compile_: bool = option(False, "also time torch.compile of the INT8+mass call (slow to build)", flag="--compile")
+
+
+def run(opts: KernelOptions, progress: Progress) -> dict:
+    on_gpu = torch.cuda.is_available()
+    cfg = KernelBenchConfig(lengths=ints(opts.lengths or (GPU_DEFAULT_LENGTHS if on_gpu else CPU_DEFAULT_LENGTHS),
+                                         "lengths"), batch=opts.batch, heads=opts.heads, kv_heads=opts.kv_heads,
+                            head_dim=opts.head_dim, recent=opts.recent, iters=opts.iters, compile=opts.compile_)  # fmt: skip
+    return run_kernel_bench(cfg)
+
+
+BENCHMARK = Benchmark(
+    "kernel", KernelOptions, run, format_report, out=None,
+    help="Decode attention (q_len=1): our kernel vs SDPA over an equal full cache, INT8 on/off, mass on/off.",
+)

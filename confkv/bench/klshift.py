@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from confkv.bench.common import CORPUS_NAME, PAPER
+from confkv.bench.protocol import Benchmark, option, resolve_dtype
 from confkv.confidence import confidence
 
 MIN_PREFIX = 32
@@ -164,19 +165,27 @@ def plot_scatter(result: dict, path) -> None:
     plt.close(fig)
 
 
-def run(model_name: str, quick: bool, out_dir, n_positions: int | None = None, ablate: int = 256,
-        progress: Progress | None = None, dtype: str | None = "auto") -> tuple[dict, list]:
-    """The `bench klshift` command: writes klshift-<model>.json and a scatter PNG."""
-    from confkv.bench.common import corpus_ids, save_outputs
+@dataclass
+class KLShiftOptions:
+    model: str = option("smollm2-135m", "registry name or HF directory")
+    quick: bool = option(False, "CPU: 1K tokens, 48 positions")
+    positions: int | None = option(None, "sampled positions [128; quick 48]", low=4)
+    ablate: int = option(256, "preceding tokens removed from the context", low=1)
+    dtype: str = option("auto", kind="dtype")
+
+
+def run(opts: KLShiftOptions, progress: Progress) -> dict:
+    """Load the model and text, then every sampled position (`run_klshift`)."""
+    from confkv.bench.common import corpus_ids
     from confkv.models import load_for_inference
 
-    model, tokenizer = load_for_inference(model_name, dtype)
+    model, tokenizer = load_for_inference(opts.model, resolve_dtype(opts.dtype, opts.model, progress))
     limit = getattr(model.config, "max_position_embeddings", None) or 4096
-    cfg = KLShiftConfig(n_tokens=1024 if quick else min(4096, limit), n_positions=n_positions or (48 if quick else 128),
-                        ablate=ablate)
+    cfg = KLShiftConfig(n_tokens=1024 if opts.quick else min(4096, limit),
+                        n_positions=opts.positions or (48 if opts.quick else 128), ablate=opts.ablate)  # fmt: skip
     result = run_klshift(model, corpus_ids(tokenizer, cfg.n_tokens), cfg, progress)
-    result.update(model=model_name, quick=quick)
-    return result, save_outputs(result, out_dir, "klshift", model_name, {"klshift": lambda p: plot_scatter(result, p)})
+    result.update(model=opts.model, quick=opts.quick)
+    return result
 
 
 def table(result: dict):
@@ -196,3 +205,9 @@ def table(result: dict):
     t.add_row("Spearman rho", fmt(result["spearman"]), "")
     t.add_row("mean KL (nats)", fmt(result["mean_kl"], 3), "")
     return t
+
+
+BENCHMARK = Benchmark(
+    "klshift", KLShiftOptions, run, table, plots={"klshift": plot_scatter},
+    help="Pearson r (95% CIs) between confidence and the KL shift from ablating the preceding 256 tokens.",
+)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from confkv.bench.common import PAPER
 from confkv.bench.kv_bytes import KVConfig, kept_split
+from confkv.bench.protocol import Benchmark, OptionError, Progress, label, option
 
 # Qwen2.5-32B(-Instruct) config.json on the Hugging Face hub: num_hidden_layers 64, num_attention_heads 40,
 # num_key_value_heads 8, hidden_size 5120 (head_dim = 5120 / 40 = 128), torch_dtype bfloat16.
@@ -99,20 +100,37 @@ def run_memory(
     }
 
 
-def run(config: str, n_tokens: int, results_json: Path | None, model_name: str, gen_tokens: int, out_dir,
-        n_low: int = 256, n_high: int = 512, int8_after: int | None = 64) -> tuple[dict, list]:
-    """The `bench memory` command: gate states from `results_json` (if it exists) or a short generation."""
-    from confkv.bench.common import results_path, write_json
+@dataclass
+class MemoryOptions:
+    config: str = option("qwen2.5-32b", "KV geometry (see confkv.bench.memory.CONFIGS)")
+    tokens: int = option(4096, "generated tokens N", low=1)
+    trajectory: str | None = option(None, "bench ppl JSON with confkv's budget trajectory [results/ppl-<model>.json]")
+    model: str = option("smollm2-135m", "model whose run gives the gate trajectory")
+    quick: bool = option(False, "short generation (64 tokens) when no ppl JSON exists")
+    gen_tokens: int = option(256, "generation length when no ppl JSON exists", low=1)
+    n_low: int = option(256, low=1)
+    n_high: int = option(512, low=1)
+    int8_after: int = option(64, "model-dtype window (0 = INT8 off)", low=0)
+    out: str = option("results", "results directory (and where the ppl JSON is looked for)")
 
-    if config.lower() not in CONFIGS:
-        raise ValueError(f"unknown config {config!r}; known: {', '.join(CONFIGS)}")
-    if results_json is not None and Path(results_json).exists():
-        high, source = gate_from_results(Path(results_json))
+
+def run(opts: MemoryOptions, progress: Progress) -> dict:
+    """Gate states from the ppl JSON (the given one, else --out's if it exists) or a short generation."""
+    from confkv.bench.common import results_path
+
+    if opts.config.lower() not in CONFIGS:
+        raise OptionError("config", f"unknown config {opts.config!r}; known: {', '.join(CONFIGS)}")
+    if opts.trajectory and not Path(opts.trajectory).exists():
+        raise OptionError("trajectory", f"{opts.trajectory}: no such file")
+    source = Path(opts.trajectory) if opts.trajectory else results_path(opts.out, "ppl", opts.model)
+    if source.exists():
+        high, where = gate_from_results(source)
     else:
-        high, source = gate_from_generation(model_name, gen_tokens)
-    result = run_memory(CONFIGS[config.lower()], high, n_tokens, n_low, n_high, int8_after)
-    result["trajectory"] = source
-    return result, [write_json(results_path(out_dir, "memory", config), result)]
+        high, where = gate_from_generation(opts.model, 64 if opts.quick else opts.gen_tokens)
+    result = run_memory(CONFIGS[opts.config.lower()], high, opts.tokens, opts.n_low, opts.n_high,
+                        opts.int8_after or None)  # fmt: skip
+    result["trajectory"] = where
+    return result
 
 
 def table(result: dict):
@@ -133,3 +151,9 @@ def table(result: dict):
               f"{d['mha40_fp32_full_bytes'] / gb:.2f}", "")
     t.add_row("tokens a 15.8 GB bf16 GQA cache holds", f"{d['tokens_for_paper_full']:.0f}", "")
     return t
+
+
+BENCHMARK = Benchmark(
+    "memory", MemoryOptions, run, table, files=lambda opts, report: {f"memory-{label(opts.config)}.json": report},
+    help="KV bytes of a model config at N tokens: full vs the budget trajectory of a real run, vs 15.8 -> 2.6 GB.",
+)

@@ -36,6 +36,7 @@ from confkv.bench.common import (
     fixed_policy,
     footprint,
 )
+from confkv.bench.protocol import Benchmark, floats, ints, names, option, resolve_dtype
 from confkv.policies import get_policy, policy_names
 from confkv.policy import KVPolicy
 from confkv.session import ConfKVSession
@@ -286,31 +287,46 @@ def plot_trace(trace: dict, path) -> None:
     plt.close(fig)
 
 
-def run(model_name: str, quick: bool, out_dir, lengths: tuple[int, ...] | None = None,
-        depths: tuple[float, ...] | None = None, overrides: dict[str, str] | None = None,
-        progress: Progress | None = None, dtype: str | None = "auto", needles: int = 3,
-        policies: tuple[str, ...] = POLICIES, int8: bool = False, match: str = "confkv",
-        match_total: bool = False) -> tuple[dict, list]:
-    """The `bench niah` command: writes niah-<model>.json, a heatmap PNG and the trace PNG."""
-    from confkv.bench.common import corpus_ids, save_outputs
-    from confkv.models import load_for_inference
+@dataclass
+class NiahOptions:
+    model: str = option("smollm2-135m", "registry name or HF directory")
+    quick: bool = option(False, "CPU grid: 512/1024 tokens x depths 0/50/100%")
+    lengths: str | None = option(None, "context lengths [1K..32K up to the model limit]")
+    depths: str | None = option(None, "needle depths in [0,1] [0,.25,.5,.75,1]")
+    needles: int = option(3, "trials per cell, each with its own passcode", low=1)
+    policies: str | None = option(None, "comma-separated subset (the fixed baselines need the --match policy) "
+                                  "[role main in `confkv-agent policies`; on request: role on-request]")  # fmt: skip
+    match: str = option("confkv", "the gated policy the fixed baselines are byte-matched to")
+    match_total: bool = option(False, "match resident + cold-tier bytes (one device)")
+    set_: list[str] | None = option(None, "override of the gated policies, key=value", flag="--set")
+    dtype: str = option("auto", kind="dtype")
+    int8: bool = option(False, "the same as --dtype int8 (W8A8 Linear layers, fp32 activations)")
 
-    model, tokenizer = load_for_inference(model_name, dtype, int8)
+
+def run(opts: NiahOptions, progress: Progress) -> dict:
+    """Load the model and text, then every cell (`run_niah`)."""
+    from confkv.bench.common import corpus_ids
+    from confkv.models import load_for_inference
+    from confkv.policies import parse_overrides
+
+    lengths = ints(opts.lengths, "lengths") if opts.lengths else None
+    overrides = parse_overrides(opts.set_)
+    dtype = resolve_dtype(opts.dtype, opts.model, progress)
+    depths = floats(opts.depths, "depths")
+    model, tokenizer = load_for_inference(opts.model, dtype, opts.int8)
     limit = getattr(model.config, "max_position_embeddings", None) or 32768
     if lengths is None:
-        lengths = (512, 1024) if quick else tuple(n for n in (1024, 2048, 4096, 8192, 16384, 32768) if n <= limit)
-    depths = depths or ((0.0, 0.5, 1.0) if quick else (0.0, 0.25, 0.5, 0.75, 1.0))
-    cfg = NiahConfig(lengths=tuple(lengths), depths=tuple(depths), policies=tuple(policies), needles=needles,
-                     match=match, match_total=match_total, prefill_chunk=128 if quick else 512,
-                     overrides={**(QUICK_OVERRIDES if quick else {}), **(overrides or {})}).validate()
+        lengths = (512, 1024) if opts.quick else tuple(n for n in (1024, 2048, 4096, 8192, 16384, 32768) if n <= limit)
+    depths = depths or ((0.0, 0.5, 1.0) if opts.quick else (0.0, 0.25, 0.5, 0.75, 1.0))
+    cfg = NiahConfig(lengths=tuple(lengths), depths=tuple(depths), policies=names(opts.policies) or POLICIES,
+                     needles=opts.needles, match=opts.match, match_total=opts.match_total,
+                     prefill_chunk=128 if opts.quick else 512,
+                     overrides={**(QUICK_OVERRIDES if opts.quick else {}), **overrides}).validate()  # fmt: skip
     bos = (tokenizer.bos_token_id,) if tokenizer.bos_token_id is not None else ()
     haystack = corpus_ids(tokenizer, max(lengths))[len(bos):]
     result = run_niah(model, tokenizer, haystack, cfg, progress, prefix=bos)
-    result.update(model=model_name, quick=quick, weights="int8 linears" if int8 else dtype)
-    plots = {"niah": lambda p: plot_heatmap(result, p)}
-    if "trace" in result:
-        plots["niah-trace"] = lambda p: plot_trace(result["trace"], p)
-    return result, save_outputs(result, out_dir, "niah", model_name, plots)
+    result.update(model=opts.model, quick=opts.quick, weights="int8 linears" if opts.int8 else dtype)
+    return result
 
 
 def table(result: dict):
@@ -337,3 +353,10 @@ def table(result: dict):
         t.add_row("trace: confidence haystack -> question", *[""] * (len(cols) - 3),
                   f"{tr['mean_confidence_haystack_tail']:.3f} -> {tr['mean_confidence_question']:.3f}", "")
     return t
+
+
+BENCHMARK = Benchmark(
+    "niah", NiahOptions, run, table,
+    plots={"niah": plot_heatmap, "niah-trace": lambda r, path: "trace" in r and plot_trace(r["trace"], path)},
+    help="Needle in a haystack: accuracy per policy at matched footprint, heatmap and a confidence/budget trace.",
+)

@@ -36,6 +36,7 @@ from confkv.bench.common import (
     fixed_policy,
     footprint,
 )
+from confkv.bench.protocol import Benchmark, names, option, resolve_dtype
 from confkv.budget import ReplayBudget
 from confkv.policies import get_policy, policy_names
 from confkv.policy import KVPolicy
@@ -214,29 +215,42 @@ def plot_ppl(result: dict, path) -> None:
     plt.close(fig)
 
 
-def run(
-    model_name: str, quick: bool, out_dir, n_tokens: int | None = None, stride: int | None = None,
-    overrides: dict[str, str] | None = None, progress: Progress | None = None, dtype: str | None = "auto",
-    int8: bool = False, policies: tuple[str, ...] | None = None,
-) -> tuple[dict, list]:
-    """The `bench ppl` command: load the model and text, run, write `ppl-<model>.json/.png`; returns (result, paths)."""
-    from confkv.bench.common import corpus_ids, save_outputs
-    from confkv.models import load_for_inference
+@dataclass
+class PplOptions:
+    model: str = option("smollm2-135m", "registry name or HF directory")
+    quick: bool = option(False, "CPU grid: 1K tokens, stride 16, ~8x compression")
+    tokens: int | None = option(None, "text length [4096 or the model limit; quick 1024]", low=8)
+    stride: int | None = option(None, "tokens per call, eviction after each [1; quick 16]", low=1)
+    set_: list[str] | None = option(None, "override of the gated policies, key=value", flag="--set")
+    dtype: str = option("auto", kind="dtype")
+    int8: bool = option(False, "the same as --dtype int8 (W8A8 Linear layers, fp32 activations)")
+    policies: str | None = option(None, "comma-separated subset [all: the policies of roles main, "
+                                  "ablation-reference and ablation in `confkv-agent policies`]")  # fmt: skip
 
-    model, tokenizer = load_for_inference(model_name, dtype, int8)
+
+def run(opts: PplOptions, progress: Progress) -> dict:
+    """Load the model and text, then every policy (`run_ppl`)."""
+    from confkv.bench.common import corpus_ids
+    from confkv.models import load_for_inference
+    from confkv.policies import parse_overrides
+
+    overrides = parse_overrides(opts.set_)
+    dtype = resolve_dtype(opts.dtype, opts.model, progress)
+    model, tokenizer = load_for_inference(opts.model, dtype, opts.int8)
     limit = getattr(model.config, "max_position_embeddings", None) or 4096
-    n = n_tokens or (1024 if quick else min(4096, limit))
+    n = opts.tokens or (1024 if opts.quick else min(4096, limit))
+    chosen = names(opts.policies)
     cfg = PplConfig(
         n_tokens=n,
-        stride=stride or (16 if quick else 1),
-        overrides={**(QUICK_OVERRIDES if quick else {}), **(overrides or {})},
-        **({"policies": tuple(policies)} if policies else {}),
+        stride=opts.stride or (16 if opts.quick else 1),
+        overrides={**(QUICK_OVERRIDES if opts.quick else {}), **overrides},
+        **({"policies": chosen} if chosen else {}),
     ).validate()
     result = run_ppl(model, corpus_ids(tokenizer, n), cfg, progress)
-    result["model"] = model_name
-    result["quick"] = quick
-    result["weights"] = "int8 linears" if int8 else dtype
-    return result, save_outputs(result, out_dir, "ppl", model_name, {"ppl": lambda p: plot_ppl(result, p)})
+    result["model"] = opts.model
+    result["quick"] = opts.quick
+    result["weights"] = "int8 linears" if opts.int8 else dtype
+    return result
 
 
 def table(result: dict):
@@ -264,3 +278,9 @@ def table(result: dict):
     t.add_row("pyramid gap closed", fmt(result.get("pyramid_gap_closed"), 3), *blank,
               fmt(paper["pyramid_gap_closed"], 2))
     return t
+
+
+BENCHMARK = Benchmark(
+    "ppl", PplOptions, run, table, plots={"ppl": plot_ppl},
+    help="StreamingLLM long-text perplexity, every policy at a matched footprint, the matched-rate ablation.",
+)

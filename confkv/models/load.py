@@ -239,6 +239,22 @@ def _config(path: Path) -> Any:
         return AutoConfig.from_pretrained(path, local_files_only=True)
 
 
+def choose_precision(name: str, model: str | os.PathLike[str] | None = None,
+                     progress: Progress = no_progress) -> tuple[str, list[str]]:
+    """A precision name checked before any weights load: (the concrete name, lines saying why). `auto` is resolved
+    for `model`'s own shapes (a named model is pulled for its config); raises `DtypeError` for an unknown name."""
+    from confkv.models.dtype import resolve_precision
+
+    config, registry_name = None, None
+    if name == "auto" and model is not None:
+        path = resolve(model, progress)
+        if path.is_dir():
+            config = _config(path)
+        registry_name = os.fspath(model) if os.fspath(model) in MODELS else None
+    precision, lines = resolve_precision(name, config=config, model_name=registry_name, progress=progress)
+    return precision.name, lines
+
+
 def load(
     name_or_path: str | os.PathLike[str],
     dtype: torch.dtype | str | None = None,
