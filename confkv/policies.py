@@ -18,7 +18,8 @@ has a name `get_policy` knows: `confkv-fixed` (the gate off at a fixed budget, w
 names from here (`policy_names`), none types them.
 
 A new preset is one line in `PRESETS` (or `BASELINES`); a new ranker is one file in `confkv.rankers` plus its
-`RANKERS` line, then `get_policy("confkv", {"ranker": "<name>", "<its key>": "..."})`.
+`RANKERS` line, then `get_policy("confkv", {"ranker": "<name>", "<its key>": "..."})`; a new gate is one file in
+`confkv.gates` plus its `GATES` line, then `get_policy("confkv", {"gated": "<name>", "<its key>": "..."})`.
 """
 
 from __future__ import annotations
@@ -27,20 +28,20 @@ import dataclasses
 
 from confkv.policy import Gate, KVPolicy, PolicyError, Protection, RankerSpec, Storage
 
-_CONFKV_GATE = Gate(gated=True, n_low=256, n_high=512, tau=0.5)
+_CONFKV_GATE = Gate(gated="threshold", n_low=256, n_high=512, tau=0.5)
 _CONFKV = KVPolicy("confkv", _CONFKV_GATE, RankerSpec("ema"), Protection(sinks=4, protect=64), Storage(int8_after=64))
 _ABLATION = dataclasses.replace(_CONFKV, storage=Storage(int8_after=None))
 
 PRESETS: dict[str, KVPolicy] = {
     "full": KVPolicy("full"),
-    "sliding": KVPolicy("sliding", Gate(budget=512), RankerSpec("recency"), Protection(sinks=4, protect=0)),
-    "h2o": KVPolicy("h2o", Gate(budget=512), RankerSpec("h2o"), Protection(sinks=0, protect=256)),
+    "sliding": KVPolicy("sliding", Gate(gated="fixed", budget=512), RankerSpec("recency"), Protection(sinks=4, protect=0)),
+    "h2o": KVPolicy("h2o", Gate(gated="fixed", budget=512), RankerSpec("h2o"), Protection(sinks=0, protect=256)),
     "confkv": _CONFKV,
     "confkv-paper": dataclasses.replace(_CONFKV, name="confkv-paper"),
     "confkv-recall": dataclasses.replace(_CONFKV, name="confkv-recall",
                                          storage=dataclasses.replace(_CONFKV.storage, cold=2048)),
     "confkv-pyramid": dataclasses.replace(_CONFKV, name="confkv-pyramid",
-                                          gate=dataclasses.replace(_CONFKV_GATE, pyramid=True)),
+                                          gate=_CONFKV_GATE.with_values(pyramid=True)),
     "random": dataclasses.replace(_ABLATION, name="random", ranking=RankerSpec("random")),
     "recency": dataclasses.replace(_ABLATION, name="recency", ranking=RankerSpec("recency")),
     "attention": dataclasses.replace(_ABLATION, name="attention", ranking=RankerSpec("attention")),
@@ -48,7 +49,7 @@ PRESETS: dict[str, KVPolicy] = {
 
 BASELINES: dict[str, KVPolicy] = {
     "confkv-fixed": dataclasses.replace(_CONFKV, name="confkv-fixed",
-                                        gate=dataclasses.replace(_CONFKV_GATE, gated=False, budget=512)),
+                                        gate=_CONFKV_GATE.with_values(gated="fixed", budget=512)),
     "confkv-noint8": dataclasses.replace(_ABLATION, name="confkv-noint8"),
 }
 
@@ -92,6 +93,8 @@ def _coerce(key: str, raw: str, annotation: str) -> object:
                 return True
             if text.lower() in ("0", "false", "no", "off"):
                 return False
+            if "str" in annotation:  # `gated`: a bool as stored, or a gate's name
+                return text
             raise ValueError(text)
         if "int" in annotation:
             return int(text)

@@ -1,6 +1,6 @@
 """`KVPolicy`: one object that decides what a Conf-KV cache keeps, composed of small frozen parts.
 
-    policy = KVPolicy("mine", gate=Gate(gated=True), ranking=RankerSpec("h2o"), protection=Protection(sinks=4))
+    policy = KVPolicy("mine", gate=Gate(gated="threshold"), ranking=RankerSpec("h2o"), protection=Protection(sinks=4))
 
 A policy is gate x ranker x protection x storage (kvpress-style: small dataclasses, built instances in a registry,
 see `confkv.policies`). It owns every decision of one eviction step: the budget (confidence -> tokens per layer),
@@ -9,9 +9,9 @@ Storage (`confkv.layer`, `confkv.slots`) only appends, removes and quantizes the
 (`confkv.attention`) only computes outputs and per-key mass. `ConfKVCache.end_forward` calls `KVPolicy.apply_all`
 (every layer) once per forward, after the last layer, with the budget decided from that forward's logits.
 
-Override keys (`--set key=value`) are the field names of the parts plus each registered ranker's parameters (see
-`confkv.rankers`); they form one flat namespace, so `policy.n_low` reads `policy.gate.n_low` and `policy.alpha` reads
-`policy.ranking.alpha`. A field's valid range is declared on the field (`confkv.params.param`); `validate` reads it.
+Override keys (`--set key=value`) are the field names of the parts plus each registered gate's and ranker's
+parameters (see `confkv.gates`, `confkv.rankers`); they form one flat namespace, so `policy.n_low` reads
+`policy.gate.n_low` and `policy.alpha` reads `policy.ranking.alpha`. A field's valid range is declared on the field (`confkv.params.param`); `validate` reads it.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from confkv.budget import FixedBudget, GatedBudget, Hysteresis, QuantileGate, pyramid_budgets
+from confkv.budget import pyramid_budgets
 from confkv.confidence import confidence
+from confkv.gates import Schedule
 from confkv.params import PolicyError, check_ranges
-from confkv.parts import STATIC_KEYS, Gate, Protection, RankerSpec, Storage, flat_keys, ranker_keys
+from confkv.parts import Gate, Protection, RankerSpec, Storage, flat_keys
 from confkv.rankers import Ranker
 
 if TYPE_CHECKING:
@@ -57,12 +58,10 @@ class KVPolicy:
     def __getattr__(self, key: str) -> Any:  # only called when normal lookup fails: policy.n_low -> gate.n_low
         if key.startswith("_"):
             raise AttributeError(key)
-        part = STATIC_KEYS.get(key)
-        if part is not None:
-            return getattr(object.__getattribute__(self, part[0]), key)
-        if key == "ranker" or key in ranker_keys():
-            return getattr(object.__getattribute__(self, "ranking"), key)
-        raise AttributeError(key)
+        entry = flat_keys().get(key)
+        if entry is None:
+            raise AttributeError(key)
+        return getattr(object.__getattribute__(self, entry[0]), key)
 
     def with_values(self, **values: Any) -> KVPolicy:
         """A copy with flat keys changed (`with_values(n_low=128, ranker="h2o")`); validated."""
@@ -71,8 +70,8 @@ class KVPolicy:
             if key not in keys:
                 raise PolicyError(f"unknown policy key {key!r}; known: {', '.join(sorted(keys))}")
             changes.setdefault(keys[key][0], {})[key] = value
-        parts = {p: self.ranking.with_values(**kv) if p == "ranking" else dataclasses.replace(getattr(self, p), **kv)
-                 for p, kv in changes.items()}
+        parts = {p: getattr(self, p).with_values(**kv) if p in ("gate", "ranking")
+                 else dataclasses.replace(getattr(self, p), **kv) for p, kv in changes.items()}
         return dataclasses.replace(self, **parts).validate()
 
     @staticmethod
@@ -87,7 +86,7 @@ class KVPolicy:
     # -- derived settings ----------------------------------------------------------------------------------------
     @property
     def evicts(self) -> bool:
-        return self.gate.gated or self.gate.budget is not None
+        return self.gate.evicts
 
     @property
     def protected(self) -> int:
@@ -103,8 +102,9 @@ class KVPolicy:
         """Attention must return per-key mass (else it may take the fused sdpa path)."""
         return self.evicts and self.ranking.build().uses_attention
 
-    def schedule(self) -> FixedBudget | GatedBudget | QuantileGate | Hysteresis | None:
-        return self.gate.schedule()
+    def schedule(self) -> Schedule | None:
+        """A fresh budget schedule for one cache (None: keep every token), from the policy's gate."""
+        return self.gate.plugin.schedule()
 
     def make_ranker(self) -> Ranker:
         return self.ranking.build()
@@ -112,15 +112,11 @@ class KVPolicy:
     def validate(self) -> KVPolicy:
         """Every value within its range (declared on its field; the message names the allowed range), the checks
         between fields of one part, then the budget arithmetic between parts."""
-        for part in (self.gate, self.protection, self.storage):
-            check_ranges(part)
         self.gate.check()
+        for part in (self.protection, self.storage):
+            check_ranges(part)
         self.ranking.check()
-        gate = self.gate
-        lows = [b for b in (gate.budget,) if b is not None]
-        if gate.gated:
-            lows += [gate.n_low, gate.n_high]
-        for b in lows:
+        for b in self.gate.plugin.budgets():
             if b < self.min_layer_budget:  # the pyramid floors every layer at the same minimum
                 raise PolicyError(
                     f"policy {self.name!r}: budget {b} leaves no room to evict: it must be >= "

@@ -1,5 +1,6 @@
-"""Policies as plugins: a ranker with a parameter is one module plus one registry line, a preset is one registry
-line, and every registered policy and ranker runs on a tiny model (the matrix is read from the registry)."""
+"""Policies as plugins: a ranker or a gate with a parameter is one module plus one registry line, a preset is one
+registry line, and every registered policy, ranker and gate runs on a tiny model (the matrix is read from the
+registry)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from confkv import ConfKVSession, get_policy
+from confkv.gates import GATES, gate_params
 from confkv.policies import BASELINES, PRESETS, ROLES, PolicyError, policy_names, registered
 from confkv.policy import Gate, KVPolicy, Protection, RankerSpec, Storage
 from confkv.rankers import RANKERS, ranker_params
@@ -75,6 +77,99 @@ def test_the_listing_and_keys_follow_the_registry(stride_ranker) -> None:
     assert keys["stride"]["default"] == 4 and keys["stride"]["allowed"] == ">= 1"
     assert keys["alpha"]["allowed"] == "in [0.0, 1.0]"
     assert [p["name"] for p in listing()["policies"]] == list(policy_names())
+
+
+# A whole gate module: a two-level gate (n_low / n_high, hysteresis via `shrink`) that decides by its own parameter.
+PERIODIC_GATE = '''
+from dataclasses import dataclass
+
+from confkv.gates.base import TwoLevelGate
+from confkv.params import param
+
+
+@dataclass
+class Periodic:
+    """Opens on every `period`-th judged forward (a stand-in for a gate that reads something else than tau)."""
+
+    n_low: int
+    n_high: int
+    period: int
+    seen: int = 0
+
+    def budget(self, confidence):
+        if confidence is None:
+            return self.n_high
+        self.seen += 1
+        return self.n_high if self.seen % self.period == 0 else self.n_low
+
+    @property
+    def max_budget(self):
+        return self.n_high
+
+
+@dataclass(frozen=True)
+class PeriodicGate(TwoLevelGate):
+    period: int = param(4, 1)
+
+    def inner(self):
+        return Periodic(self.n_low, self.n_high, self.period)
+'''
+
+
+@pytest.fixture
+def periodic_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    (tmp_path / "periodic_gate.py").write_text(textwrap.dedent(PERIODIC_GATE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("periodic_gate")
+    monkeypatch.setitem(GATES, "periodic", module.PeriodicGate)  # the registry line
+    yield module.PeriodicGate
+
+
+def test_a_gate_with_a_parameter_is_one_module_and_one_registry_line(periodic_gate) -> None:
+    small = {**SMALL, "n_low": "12", "n_high": "20", "int8_after": "none"}
+    policy = get_policy("confkv", {**small, "gated": "periodic", "period": "3"})
+    assert policy.gate.build() == periodic_gate(n_low=12, n_high=20, period=3) and policy.period == 3
+    assert (policy.to_dict()["gated"], policy.to_dict()["period"]) == ("periodic", 3)
+    assert KVPolicy.keys()["period"][0] == "gate" and policy.evicts and policy.gated
+    with pytest.raises(PolicyError, match=r"period must be >= 1, got 0"):
+        get_policy("confkv", {"gated": "periodic", "period": "0"})
+    with pytest.raises(PolicyError, match="expected int"):
+        get_policy("confkv", {"gated": "periodic", "period": "x"})
+    with pytest.raises(PolicyError, match="unknown gate 'nope'"):
+        get_policy("confkv", {"gated": "nope"})
+    assert get_policy("confkv").period == 4, "a new key has its default in every policy (like n_low under sliding)"
+    assert get_policy("confkv", {"gated": "periodic", "shrink": "4"}).schedule().inner.period == 4
+
+    model, vocab = tiny_model("llama")
+    ids = torch.randint(0, vocab, (1, 60), generator=torch.Generator().manual_seed(25))
+    session, got = run_session(model, ids, policy, prefill=24)
+    assert any(layer.evictions for layer in session.cache.layers)
+    assert {12, 20} <= {s.budget for s in session.stats.steps} and 0 < session.cache.gate_open_rate < 0.5
+    torch.testing.assert_close(got, oracle_logits(model, ids[:, :-1], session.cache)[:, 23:], atol=5e-5, rtol=1e-4)
+
+
+def test_the_listing_shows_a_new_gate_and_its_key(periodic_gate) -> None:
+    from cli.policies import listing
+
+    keys = {k["key"]: k for k in listing()["keys"]}
+    assert keys["period"]["default"] == 4 and keys["period"]["allowed"] == ">= 1"
+    assert "'periodic'" in keys["gated"]["allowed"] and keys["tau"]["allowed"] == "in [0.0, 1.0]"
+    assert list(keys)[:3] == ["budget", "gated", "n_low"], "the keys stored before gates were plugins keep their order"
+
+
+def test_a_gate_key_must_not_clash_with_a_policy_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import dataclass
+
+    from confkv.gates import FixedGate
+    from confkv.params import param
+
+    @dataclass(frozen=True)
+    class Clash(FixedGate):
+        sinks: int = param(3, 1)
+
+    monkeypatch.setitem(GATES, "clash", Clash)
+    with pytest.raises(TypeError, match="'sinks' is already a policy key"):
+        KVPolicy.keys()
 
 
 def test_a_ranker_key_must_not_clash_with_a_policy_key(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -159,3 +254,21 @@ def test_every_registered_ranker_builds_from_its_keys_and_evicts(ranker: str) ->
     session.append(torch.randint(0, vocab, (1, 40), generator=torch.Generator().manual_seed(24)))
     session.decode(2)
     assert any(layer.evictions for layer in session.cache.layers)
+
+
+@pytest.mark.parametrize("gate", list(GATES))
+def test_every_registered_gate_builds_from_its_keys_and_evicts(gate: str) -> None:
+    cls = GATES[gate]
+    # tiny sizes and a threshold that opens, for whichever of these keys the gate declares
+    sizes = {"budget": "12", "n_low": "12", "n_high": "20", "tau": "0.3", "tau_quantile": "0.3"}
+    small = {**SMALL, "gated": gate, "int8_after": "none",
+             **{k: v for k, v in sizes.items() if k in gate_params(cls)}}
+    policy = get_policy("confkv", small)
+    assert type(policy.gate.build()) is cls and policy.gate.kind == gate
+    defaults = {key: str(f.default) for key, (f, _rng) in gate_params(cls).items() if key not in small}
+    assert get_policy("confkv", {**small, **defaults}) == policy
+    model, vocab = tiny_model("qwen2")
+    ids = torch.randint(0, vocab, (1, 56), generator=torch.Generator().manual_seed(26))
+    session, got = run_session(model, ids, policy, prefill=24)
+    assert any(layer.evictions for layer in session.cache.layers)
+    torch.testing.assert_close(got, oracle_logits(model, ids[:, :-1], session.cache)[:, 23:], atol=5e-5, rtol=1e-4)
