@@ -316,12 +316,14 @@ class ModelAgent:
         text = self.tokenizer.decode(in_cache, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         return (to_ids(text, labels) if labels else text), text
 
-    def force_reply(self, written: str, action: str, observation: Observation) -> None:
+    def force_reply(self, written: str, action: str, observation: Observation, all_logits: bool = False) -> Any:
         """Append a reply the agent did not decode (a recorded or reference one: `written` as the model writes it,
-        `action` its id form) and close the turn as `act` would, bans included."""
-        self.session.append(self.tokenizer(written, add_special_tokens=False).input_ids)
+        `action` its id form) and close the turn as `act` would, bans included. Returns the append's logits (every
+        position's with `all_logits`: the forced eval scores the reply's own tokens from them)."""
+        logits = self.session.append(self.tokenizer(written, add_special_tokens=False).input_ids, all_logits=all_logits)
         self._remember(action, observation)
         self.close_turn(written, action, observation.labels() if self.labels else {})
+        return logits
 
     def _remember(self, text: str, observation: Observation) -> None:
         """Note (url, verb, element) of the reply for `page_bans`, and a submitted type's field for `episode_bans`."""

@@ -148,7 +148,7 @@ def run_forced_batch(
     model, tokenizer = load_for_inference(settings.model, settings.dtype, settings.int8)
     specs = forced_specs({name: settings.kv_policy(name) for name in policies}, budgets, model)
     agent = {"constrained": settings.constrained, "reasoning": settings.reasoning, "int8": settings.int8,
-             "dtype": settings.dtype, **agent_identity(settings.reasoning, labels=False)}  # fmt: skip
+             "dtype": settings.dtype, **agent_identity(settings.reasoning)}  # fmt: skip
     with TraceStore(db) as store, Sites(sorted({n for t in tasks for n in t.sites})) as sites:
         lease = LeaseKeeper(db, store.owner)
         try:

@@ -9,11 +9,18 @@ tokens give the mean NLL and greedy token accuracy of every action and, apart, o
 greedy decoding from `stop [` on a copy of the cache says whether the answer comes back (`string_match` decides).
 SCBench-style: the later question is unknown when the cache decides what to drop.
 
-Faithfulness: reference steps name elements as `role 'name'`; the agent names them by observation id, so each
-target is mapped to the first observation id with that role and name (document order, as Playwright's `.first`),
-and the id form is both executed and forced (so this mode keeps the agent's id-target prompt, `labels=False`; the
-free-running agent names elements by label since agent version 7). A reply is forced in one forward (eviction after it), while the agent
-decodes token by token (eviction after each token): the same pins, a slightly later eviction within one reply.
+Decisions: at every reference step, before the reference reply is forced, the agent's own greedy constrained
+decision is decoded on a fork of the live cache (`ModelAgent.decide`, the same decoder, bans and labels as a live
+episode), recorded as the step's `raw_output`, and scored as equal to the reference action (decision accuracy) and,
+in `traces.forced`, as equal to `full`'s decision at the same step (agreement). A policy that drops what the agent
+needs shows up as a different decision even where the reference tokens' likelihood barely moves.
+
+Faithfulness: reference steps name elements as `role 'name'`; the executor acts on observation ids, so each target
+is mapped to the first observation id with that role and name (document order, as Playwright's `.first`). The
+agent sees and writes labels (agent version 7 on), so the reply forced into the cache is the reference action as
+the agent would have written it (`to_labels`), exactly as in the decision replay (`runner.decisions`). A reply is
+forced in one forward (eviction after it), while the agent decodes token by token (eviction after each token): the
+same pins, a slightly later eviction within one reply.
 
 A reference step that fails in the browser, or a reference answer the evaluator rejects, marks the task broken
 (the episode is an error whose text starts with `traces.forced.BROKEN_PREFIX`), not a score.
@@ -27,12 +34,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent.actions import Action, RoleTarget, parse_action
+from agent.actions import Action, ActionParseError, RoleTarget, parse_action
+from agent.targets import to_labels
 from traces.forced import BROKEN_PREFIX
 from traces.records import StepRecord
 
@@ -211,23 +220,26 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
     digest = hashlib.sha256()
     tokens: list[dict[str, Any]] = []
     steps: list[StepRecord] = []
+    decisions: list[str] = []
     judged = "string_match" in task.eval.eval_types and task.eval.reference_answers is not None
     greedy = None
     for i, step in enumerate(traj.steps):
         t0 = time.perf_counter()
+        written = to_labels(step.reply, step.observation.labels()) if agent.labels else step.reply
         ids = agent.open_turn(step.observation, step.last_result)
         last = session.append(ids)
-        reply_ids = tok(step.reply, add_special_tokens=False).input_ids
+        decision, decided_text = agent.decide(step.observation, step.last_result)
+        decisions.append(decision)
+        reply_ids = tok(written, add_special_tokens=False).input_ids
         digest.update(repr((ids, reply_ids)).encode())
         if step.action.verb == "stop" and judged:
             greedy = greedy_answer(agent)
-        logits = session.append(reply_ids, all_logits=True)[0]
+        logits = agent.force_reply(written, step.reply, step.observation, all_logits=True)[0]
         pred = torch.cat([last[:1], logits[:-1]]).float()
         target = torch.tensor(reply_ids)
         nll = -torch.log_softmax(pred, dim=-1).gather(1, target[:, None])[:, 0]
         correct = pred.argmax(dim=-1) == target
-        agent.close_turn(step.reply)
-        span = _answer_span(step.reply, traj.answer if step.action.verb == "stop" else None)
+        span = _answer_span(written, traj.answer if step.action.verb == "stop" else None)
         start = 0
         for j, t in enumerate(reply_ids):
             end = len(tok.decode(reply_ids[: j + 1], skip_special_tokens=False, clean_up_tokenization_spaces=False))
@@ -238,7 +250,7 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
         mem = session.cache.memory()
         steps.append(StepRecord(
             step=i, url=step.observation.url, observation=step.observation.render(), prefilled_tokens=len(ids),
-            total_tokens=session.seen, output_tokens=len(reply_ids), raw_output=step.reply, action=step.reply,
+            total_tokens=session.seen, output_tokens=len(reply_ids), raw_output=decided_text, action=step.reply,
             result=f"OK: {step.reply} (forced)", kept_tokens_per_layer=list(mem.kept_tokens), kv_bytes=mem.kv_bytes,
             step_ms=(time.perf_counter() - t0) * 1000,
         ))  # fmt: skip
@@ -250,6 +262,8 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
         "action_acc": _mean(t["correct"] for t in tokens), "answer_tokens": len(answer_rows),
         "answer_nll": _mean(t["nll"] for t in answer_rows), "answer_acc": _mean(t["correct"] for t in answer_rows),
         "greedy_answer": greedy,
+        "decisions": json.dumps(decisions),
+        "decision_acc": _mean(same_action(d, s.reply) for d, s in zip(decisions, traj.steps, strict=True)),
         "mean_kv_bytes": sum(c.kv_bytes * c.tokens for c in calls) / max(1, sum(c.tokens for c in calls)),
         "peak_kv_bytes": int(session.cache.peak_kv_bytes), "full_kv_bytes": int(session.cache.full_kv_bytes()),
     }  # fmt: skip
@@ -258,6 +272,15 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
         result["answer_pass"] = int(string_match(greedy, reference).passed)
         result["answer_exact"] = int(traj.answer is not None and clean_answer(greedy) == clean_answer(traj.answer))
     return result, tokens, steps
+
+
+def same_action(a: str, b: str) -> bool:
+    """Two replies are the same decision when they parse to the same action (spacing aside); an unparsable reply
+    equals nothing but the identical text."""
+    try:
+        return parse_action(a).to_text() == parse_action(b).to_text()
+    except ActionParseError:
+        return a.strip() == b.strip()
 
 
 def _mean(values: Any) -> float | None:
@@ -319,7 +342,7 @@ def run_forced(
             started = time.monotonic()
             agent = ModelAgent(model, tokenizer, spec.policy, model_name=model_name,
                                constrained=settings.get("constrained", True),
-                               reasoning=settings.get("reasoning", False), labels=False)  # fmt: skip
+                               reasoning=settings.get("reasoning", False), labels=True)  # fmt: skip
             try:
                 result, tokens, steps = score_trajectory(agent, task, traj)
                 for record in steps:

@@ -10,15 +10,15 @@ own weakness cancels.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from statistics import fmean
 from typing import Any
 
 import sqlite_utils
 
-from traces.plots import byte_scale, policy_colors, save_figure
+from traces.paired import bootstrap_ci
 
 BASELINE = "full"
 BROKEN_PREFIX = "broken reference trajectory: "
@@ -41,6 +41,8 @@ FORCED_RESULTS_COLUMNS: dict[str, type] = {
     "greedy_answer": str,  # greedy decoding from `stop [` after the forced trajectory; NULL when not judged
     "answer_exact": int,  # the greedy answer equals the reference answer (after the evaluator's cleaning)
     "answer_pass": int,  # the evaluator (string_match) accepts the greedy answer
+    "decisions": str,  # JSON list: the agent's greedy decision (id form) at each step, before the reference was forced
+    "decision_acc": float,  # share of steps whose decision equals the reference action
     "mean_kv_bytes": float,  # token-weighted mean over model calls
     "peak_kv_bytes": int,
     "full_kv_bytes": int,
@@ -108,6 +110,16 @@ class ForcedPolicySummary:
     mean_kv_bytes: float | None
     peak_kv_bytes: float | None
     paired: int  # tasks with a `full` row on the same trajectory
+    decision_acc: float | None = None  # mean over tasks of the share of steps deciding the reference action
+    decision_agreement: float | None = None  # mean over paired tasks of the share of steps deciding as `full` did
+    decision_dacc: float | None = None  # decision accuracy minus full's, paired
+    # paired bootstrap 95% intervals over tasks (`traces.paired.bootstrap_ci`) of the figures above
+    answer_dnll_long_ci: tuple[float, float] | None = None
+    answer_dnll_short_ci: tuple[float, float] | None = None
+    action_dnll_ci: tuple[float, float] | None = None
+    decision_acc_ci: tuple[float, float] | None = None
+    decision_agreement_ci: tuple[float, float] | None = None
+    decision_dacc_ci: tuple[float, float] | None = None
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -139,27 +151,47 @@ def summarize_forced(rows: Sequence[Mapping[str, Any]]) -> dict[str, ForcedPolic
         pairs = [(r, base[r["task_id"]]) for r in ok
                  if r["task_id"] in base and base[r["task_id"]]["trajectory_sha"] == r["trajectory_sha"]]  # fmt: skip
 
-        def delta(key: str, span: str | None = None, pairs: list = pairs) -> float | None:
-            return _mean(r[key] - b[key] for r, b in pairs
-                         if r[key] is not None and b[key] is not None and (span is None or r["memory_span"] == span))
+        def deltas(key: str, span: str | None = None, pairs: list = pairs) -> list[float]:
+            return [r[key] - b[key] for r, b in pairs
+                    if r[key] is not None and b[key] is not None and (span is None or r["memory_span"] == span)]
 
         def ratio(key: str, pairs: list = pairs) -> float | None:
             vals = [(r[key], b[key]) for r, b in pairs if r[key] is not None and b[key]]
             return sum(a for a, _ in vals) / sum(b for _, b in vals) if vals else None
 
         judged = [r for r in ok if r["greedy_answer"] is not None]
+        long_d, short_d, action_d = deltas("answer_nll", "long"), deltas("answer_nll", "short"), deltas("action_nll")
+        accs = [r["decision_acc"] for r in ok if r.get("decision_acc") is not None]
+        agree = [a for r, b in pairs if (a := decision_agreement(r, b)) is not None]
+        dacc = [r["decision_acc"] - b["decision_acc"] for r, b in pairs
+                if r.get("decision_acc") is not None and b.get("decision_acc") is not None]  # fmt: skip
         out[label] = ForcedPolicySummary(
             policy=label, tasks=len(ok), broken=len(mine) - len(ok),
-            answer_dnll_long=delta("answer_nll", "long"), answer_dnll_short=delta("answer_nll", "short"),
-            action_dnll=delta("action_nll"), action_nll=_mean(r["action_nll"] for r in ok),
+            answer_dnll_long=_mean(long_d), answer_dnll_short=_mean(short_d),
+            action_dnll=_mean(action_d), action_nll=_mean(r["action_nll"] for r in ok),
             answer_nll=_mean(r["answer_nll"] for r in ok), action_acc=_mean(r["action_acc"] for r in ok),
             answer_exact=sum(bool(r["answer_exact"]) for r in judged), answer_pass=sum(bool(r["answer_pass"])
                                                                                        for r in judged),
             judged=len(judged), mean_kv_vs_full=ratio("mean_kv_bytes"), peak_kv_vs_full=ratio("peak_kv_bytes"),
             mean_kv_bytes=_mean(r["mean_kv_bytes"] for r in ok), peak_kv_bytes=_mean(r["peak_kv_bytes"] for r in ok),
-            paired=len(pairs),
+            paired=len(pairs), decision_acc=_mean(accs), decision_agreement=_mean(agree), decision_dacc=_mean(dacc),
+            answer_dnll_long_ci=bootstrap_ci(long_d), answer_dnll_short_ci=bootstrap_ci(short_d),
+            action_dnll_ci=bootstrap_ci(action_d), decision_acc_ci=bootstrap_ci(accs),
+            decision_agreement_ci=bootstrap_ci(agree), decision_dacc_ci=bootstrap_ci(dacc),
         )  # fmt: skip
     return out
+
+
+def decision_agreement(row: Mapping[str, Any], base: Mapping[str, Any]) -> float | None:
+    """Share of steps where `row`'s decision equals `base`'s (the same trajectory, so the same steps); None when
+    either run predates decision scoring. Decisions are grammar-constrained outputs in id form, so equal actions
+    are equal strings."""
+    if not row.get("decisions") or not base.get("decisions"):
+        return None
+    mine, theirs = json.loads(row["decisions"]), json.loads(base["decisions"])
+    if len(mine) != len(theirs) or not mine:
+        return None
+    return sum(a.strip() == b.strip() for a, b in zip(mine, theirs, strict=True)) / len(mine)
 
 
 def forced_json(summary: Mapping[str, ForcedPolicySummary]) -> dict[str, Any]:
@@ -175,14 +207,16 @@ def forced_table(summary: Mapping[str, ForcedPolicySummary], title: str = "Traje
 
     table = Table(title=title)
     cols = ("policy", "tasks", "broken", "answer ΔNLL long", "answer ΔNLL short", "action ΔNLL", "action NLL",
-            "answer NLL", "action acc", "exact/pass/judged", "mean KV vs full", "peak KV vs full")  # fmt: skip
+            "answer NLL", "action acc", "exact/pass/judged", "mean KV vs full", "peak KV vs full", "decision acc",
+            "agrees with full")  # fmt: skip
     for c in cols:
         table.add_column(c, justify="left" if c == "policy" else "right")
     for s in summary.values():
         table.add_row(s.policy, str(s.tasks), str(s.broken), num(s.answer_dnll_long), num(s.answer_dnll_short),
                       num(s.action_dnll), num(s.action_nll, ".3f"), num(s.answer_nll, ".3f"),
                       num(s.action_acc, ".1%"), f"{s.answer_exact}/{s.answer_pass}/{s.judged}",
-                      num(s.mean_kv_vs_full, ".1%"), num(s.peak_kv_vs_full, ".1%"))  # fmt: skip
+                      num(s.mean_kv_vs_full, ".1%"), num(s.peak_kv_vs_full, ".1%"), num(s.decision_acc, ".1%"),
+                      num(s.decision_agreement, ".1%"))  # fmt: skip
     return table
 
 
@@ -215,46 +249,31 @@ def forced_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         lines.append(f"{head} {r['steps']} | {r['action_tokens']} | {num(r['action_nll'], '.3f')} | "
                      f"{r['answer_tokens']} | {num(r['answer_nll'], '.3f')} | {answer} | "
                      f"{num(r['answer_pass'], 'd')} | {num(peak_mib, '.0f')} |")  # fmt: skip
+    lines += ["", "| label | decision acc | agrees with full | Δ decision acc | answer ΔNLL long | answer ΔNLL short "
+              "| action ΔNLL |", "|" + "---|" * 7, *interval_rows(rows)]  # fmt: skip
     return "\n".join(lines)
 
 
-def plot_frontier(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    """Answer ΔNLL vs full (y) against mean and peak KV bytes (x, two columns), one line per base policy across
-    its budgets, long-memory tasks in the top row and short ones below; over the tasks every label finished
-    (`common_tasks`), so each point averages the same tasks."""
-    from matplotlib.figure import Figure
+def with_ci(value: float | None, ci: tuple[float, float] | None, fmt: str) -> str:
+    """`+0.120 [+0.050, +0.190]`: a figure with its paired bootstrap 95% interval ("-" without data)."""
+    if value is None:
+        return "-"
+    return format(value, fmt) + ("" if ci is None else f" [{format(ci[0], fmt)}, {format(ci[1], fmt)}]")
 
-    rows = common_tasks(rows)
-    base = {r["task_id"]: r for r in rows if r["policy"] == BASELINE and not r["broken"]}
-    ok = [r for r in rows if not r["broken"] and r["task_id"] in base and r["answer_nll"] is not None
-          and base[r["task_id"]]["answer_nll"] is not None
-          and base[r["task_id"]]["trajectory_sha"] == r["trajectory_sha"]]  # fmt: skip
-    if not ok:
-        raise ValueError("no forced results paired with `full` to plot")
-    divisor, unit = byte_scale(r["peak_kv_bytes"] or 0 for r in ok)
-    colors = policy_colors({r["base_policy"] for r in ok})
-    fig = Figure(figsize=(11, 8))
-    for i, span in enumerate(("long", "short")):
-        for j, key in enumerate(("mean_kv_bytes", "peak_kv_bytes")):
-            ax = fig.add_subplot(2, 2, 2 * i + j + 1)
-            for policy, color in colors.items():
-                points: dict[str, list[tuple[float, float]]] = {}
-                for r in ok:
-                    if r["base_policy"] == policy and r["memory_span"] == span:
-                        d = r["answer_nll"] - base[r["task_id"]]["answer_nll"]
-                        points.setdefault(r["policy"], []).append((r[key] / divisor, d))
-                xy = sorted((fmean(p[0] for p in v), fmean(p[1] for p in v)) for v in points.values())
-                if xy:
-                    ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o", color=color, label=policy)
-            ax.axhline(0, color="grey", lw=0.8, ls=":")
-            ax.set_xlabel(f"{'mean' if j == 0 else 'peak'} KV ({unit})")
-            ax.set_ylabel("answer ΔNLL vs full (nats/token)")
-            ax.set_title(f"{span}-memory tasks")
-            ax.grid(alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=8)
-    fig.suptitle("Trajectory-forced memory frontier: answer ΔNLL vs KV bytes")
-    return save_figure(fig, path)
+
+def interval_rows(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One Markdown row per label: decisions and deltas vs `full`, each with its paired 95% interval over tasks."""
+    from traces.fmt import markdown_cell as cell
+
+    out = []
+    for s in summarize_forced(rows).values():
+        out.append(f"| {cell(s.policy)} | {with_ci(s.decision_acc, s.decision_acc_ci, '.1%')} | "
+                   f"{with_ci(s.decision_agreement, s.decision_agreement_ci, '.1%')} | "
+                   f"{with_ci(s.decision_dacc, s.decision_dacc_ci, '+.1%')} | "
+                   f"{with_ci(s.answer_dnll_long, s.answer_dnll_long_ci, '+.3f')} | "
+                   f"{with_ci(s.answer_dnll_short, s.answer_dnll_short_ci, '+.3f')} | "
+                   f"{with_ci(s.action_dnll, s.action_dnll_ci, '+.3f')} |")  # fmt: skip
+    return out
 
 
 def record_forced(store: Any, episode_id: int, result: Mapping[str, Any], tokens: Iterable[Mapping[str, Any]]) -> None:
@@ -262,5 +281,5 @@ def record_forced(store: Any, episode_id: int, result: Mapping[str, Any], tokens
     row = {k: result.get(k) for k in FORCED_RESULTS_COLUMNS if k != "episode_id"}
     with store._write() as db:
         store._require_running(episode_id)
-        db["forced_results"].insert({"episode_id": episode_id, **row})
+        db["forced_results"].insert({"episode_id": episode_id, **row}, alter=True)  # a DB from before `decisions`
         db["forced_tokens"].insert_all({"episode_id": episode_id, **t} for t in tokens)

@@ -20,7 +20,8 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from traces.forced import forced_rows, plot_frontier
+from traces.forced import forced_rows
+from traces.forced_plot import plot_frontier
 from traces.plots import byte_scale, policy_colors, save_figure
 from traces.replay import budget_expansions
 from traces.store import TraceStore

@@ -22,7 +22,7 @@ from cli.main import app
 from confkv.policies import get_policy
 from confkv.testing import tiny_model
 from envs.taskspec import load_task
-from runner.forced import ForcedSpec, budget_policy, forced_specs, run_forced
+from runner.forced import ForcedSpec, budget_policy, forced_specs, run_forced, same_action
 from tests.tiny_chat import tiny_chat_tokenizer
 from traces.forced import forced_rows, summarize_forced
 from traces.store import TraceStore
@@ -90,6 +90,35 @@ def test_forced_mode_end_to_end(tiny, tmp_path):
     forced = json.loads(result.output)["forced"]
     assert forced["mode"] == "forced" and forced["policies"]["full"]["answer_dnll_long"] == 0.0
     assert forced["policies"]["sinks"]["broken"] == 1
+
+
+def test_forced_decisions_agree_with_full_only_where_the_cache_keeps_the_pages(tiny, tmp_path):
+    """The agent's own decision at every reference step: `full` run twice decides identically at every step (the
+    fork leaves the cache it decides on untouched); a cache of the sinks alone on a task whose answer sits pages
+    back decides differently somewhere. Decisions are labels, as the live agent writes them."""
+    from envs.server import Sites
+
+    model, tok = tiny
+    long_task = load_task(TASKS / "shopping_015.yaml", parse_step=parse_action)
+    sinks_only = get_policy("sliding", {"budget": "5", "sinks": "4", "protect": "0"})
+    specs = [ForcedSpec("full", get_policy("full"), "full"), ForcedSpec("full-again", get_policy("full"), "full"),
+             ForcedSpec("sinks", sinks_only, "sliding", 5)]  # fmt: skip
+    with Sites(["shopping"], workdir=tmp_path / "sites") as sites, TraceStore(tmp_path / "t.sqlite") as store:
+        run_forced([long_task], specs, model, tok, "tiny", store, sites)
+        rows = forced_rows(store.db)
+        by_policy = {r["policy"]: r for r in rows}
+        decisions = {p: json.loads(r["decisions"]) for p, r in by_policy.items()}
+        assert len(decisions["full"]) == by_policy["full"]["steps"] == 7
+        episode = by_policy["full"]["episode_id"]
+        steps = store.steps(episode)
+        assert all(s["raw_output"] for s in steps)  # the decision as written (labels), beside the forced action
+        same = [same_action(d, s["action"]) for d, s in zip(decisions["full"], steps, strict=True)]
+        assert by_policy["full"]["decision_acc"] == sum(same) / len(same)
+    summary = summarize_forced(rows)
+    assert summary["full-again"].decision_agreement == 1.0 and summary["full-again"].decision_agreement_ci == (1.0, 1.0)
+    assert summary["full-again"].decision_acc == summary["full"].decision_acc
+    assert summary["sinks"].decision_agreement < 1.0
+    assert 0.0 <= summary["sinks"].decision_acc <= 1.0
 
 
 @pytest.mark.parametrize("args, message", [

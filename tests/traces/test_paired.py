@@ -1,0 +1,46 @@
+"""Paired bootstrap intervals and decision agreement: the figures the forced table prints beside each delta."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from traces.forced import decision_agreement, summarize_forced
+from traces.paired import bootstrap_ci
+
+
+def test_bootstrap_interval_brackets_the_mean_and_narrows_with_more_tasks():
+    few = [0.0, 1.0, 0.5, 0.2]
+    lo, hi = bootstrap_ci(few)
+    assert lo <= sum(few) / len(few) <= hi and lo >= 0.0 and hi <= 1.0
+    many = few * 25
+    lo2, hi2 = bootstrap_ci(many)
+    assert hi2 - lo2 < (hi - lo) / 2  # 25x the tasks: about a fifth of the width
+    assert bootstrap_ci(few) == (lo, hi)  # seeded: the same rows print the same interval
+    assert bootstrap_ci([0.3]) == (0.3, 0.3) and bootstrap_ci([]) is None
+    with pytest.raises(ValueError, match="level"):
+        bootstrap_ci(few, level=1.5)
+
+
+def _row(task: str, policy: str, decisions: list[str] | None, acc: float | None, sha: str = "s") -> dict:
+    return {"task_id": task, "policy": policy, "broken": None, "trajectory_sha": sha, "memory_span": "long",
+            "answer_nll": 1.0, "action_nll": 1.0, "action_acc": 0.5, "greedy_answer": None, "answer_exact": None,
+            "answer_pass": None, "mean_kv_bytes": 10.0, "peak_kv_bytes": 10, "decision_acc": acc,
+            "decisions": None if decisions is None else json.dumps(decisions)}  # fmt: skip
+
+
+def test_agreement_compares_decisions_step_by_step_with_full():
+    full = _row("1", "full", ["click [3]", "type [4] [mug] [1]", "stop [9.95]"], 2 / 3)
+    other = _row("1", "sliding", ["click [3]", "click [7]", "stop [9.95]"], 1 / 3)
+    assert decision_agreement(other, full) == pytest.approx(2 / 3)
+    assert decision_agreement(full, full) == 1.0
+    assert decision_agreement(_row("1", "old", None, None), full) is None  # a run from before decision scoring
+    rows = [full, other, _row("2", "full", ["click [1]"], 1.0), _row("2", "sliding", ["click [2]"], 0.0),
+            _row("3", "sliding", ["click [1]"], 1.0, sha="other")]  # task 3: no full on that trajectory
+    s = summarize_forced(rows)["sliding"]
+    assert s.paired == 2 and s.decision_agreement == pytest.approx((2 / 3 + 0) / 2)
+    assert s.decision_dacc == pytest.approx(((1 / 3 - 2 / 3) + (0 - 1)) / 2)
+    assert s.decision_acc == pytest.approx((1 / 3 + 0 + 1) / 3)  # accuracy needs no pair
+    lo, hi = s.decision_agreement_ci
+    assert lo == 0.0 and hi == pytest.approx(2 / 3)

@@ -1,0 +1,79 @@
+"""The figure a reader of the forced evaluation wants first: what each policy keeps of the agent's decisions (and of
+the answer's likelihood) against the KV memory it holds, as a fraction of `full`'s.
+
+Why these axes: a policy is only better than another at equal memory, so x is the mean resident KV bytes over the
+episode's model calls relative to `full`'s on the same tasks (INT8 counted at its size), one point per label
+(`policy@budget` in a sweep), one line per base policy; y is the decision agreement with `full` (top row) and the
+answer ΔNLL vs `full` (bottom row); long- and short-memory tasks apart (left, right). Points average the tasks
+every label finished (`common_tasks`), so a point never moves because it saw easier tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from traces.forced import BASELINE, common_tasks, decision_agreement
+from traces.plots import policy_colors, save_figure
+
+SPANS = ("long", "short")
+
+
+def _paired(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    base = {r["task_id"]: r for r in rows if r["policy"] == BASELINE and not r["broken"]}
+    return [(r, base[r["task_id"]]) for r in rows if not r["broken"] and r["task_id"] in base
+            and base[r["task_id"]]["trajectory_sha"] == r["trajectory_sha"]]  # fmt: skip
+
+
+def frontier_points(rows: Sequence[Mapping[str, Any]], metric: str, span: str) -> dict[str, list[tuple[float, float]]]:
+    """base policy -> sorted (mean KV vs full, mean metric) points, one per label; `metric` is `agreement` (decision
+    agreement with full) or `answer_dnll` (answer NLL minus full's)."""
+    by_label: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for r, b in _paired(common_tasks(rows)):
+        if r["memory_span"] != span or not b["mean_kv_bytes"]:
+            continue
+        if metric == "agreement":
+            y = decision_agreement(r, b)
+        elif metric == "answer_dnll":
+            y = None if r["answer_nll"] is None or b["answer_nll"] is None else r["answer_nll"] - b["answer_nll"]
+        else:
+            raise ValueError(f"unknown metric {metric!r}: agreement or answer_dnll")
+        if y is not None:
+            by_label.setdefault((r["base_policy"] or r["policy"], r["policy"]), []).append(
+                (r["mean_kv_bytes"], b["mean_kv_bytes"], y))
+    out: dict[str, list[tuple[float, float]]] = {}
+    for (base, _label), vals in by_label.items():
+        x = sum(v[0] for v in vals) / sum(v[1] for v in vals)
+        out.setdefault(base, []).append((x, fmean(v[2] for v in vals)))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def plot_frontier(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    """Decision agreement and answer ΔNLL against mean KV bytes vs full, long and short tasks apart (2 x 2)."""
+    from matplotlib.figure import Figure
+
+    panels = {(m, s): frontier_points(rows, m, s) for m in ("agreement", "answer_dnll") for s in SPANS}
+    if not any(panels.values()):
+        raise ValueError("no forced results paired with `full` to plot")
+    colors = policy_colors({base for points in panels.values() for base in points})
+    fig = Figure(figsize=(11, 8))
+    for i, metric in enumerate(("agreement", "answer_dnll")):
+        for j, span in enumerate(SPANS):
+            ax = fig.add_subplot(2, 2, 2 * i + j + 1)
+            for base, xy in panels[(metric, span)].items():
+                ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o", color=colors[base], label=base)
+            if metric == "agreement":
+                ax.set_ylabel("decisions equal to full's")
+                ax.set_ylim(-0.02, 1.02)
+            else:
+                ax.axhline(0, color="grey", lw=0.8, ls=":")
+                ax.set_ylabel("answer ΔNLL vs full (nats/token)")
+            ax.set_xlabel("mean resident KV bytes / full's")
+            ax.set_title(f"{span}-memory tasks")
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
+    fig.suptitle("Trajectory-forced frontier: the agent's decisions and the answer's likelihood vs KV memory")
+    return save_figure(fig, path)
