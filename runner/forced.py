@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.actions import Action, ActionParseError, RoleTarget, parse_action
 from agent.targets import to_labels
+from runner.heap import trim_heap
 from traces.forced import BROKEN_PREFIX
 from traces.records import StepRecord
 
@@ -254,6 +255,7 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
             result=f"OK: {step.reply} (forced)", kept_tokens_per_layer=list(mem.kept_tokens), kv_bytes=mem.kv_bytes,
             step_ms=(time.perf_counter() - t0) * 1000,
         ))  # fmt: skip
+        trim_heap()  # the step's fork, greedy-answer copy and logits, freed: handed back per step as in a live episode
     answer_rows = [t for t in tokens if t["in_answer"]]
     calls = session.stats.steps
     result: dict[str, Any] = {
@@ -362,6 +364,7 @@ def run_forced(
                 result, status = {"reason": f"{type(exc).__name__}: {exc}"}, "error"
             finally:
                 agent.close()
+                trim_heap()  # freed prefill, fork and logits buffers go back to the OS (runner.heap)
             if on_result:
                 on_result({"task_id": task.task_id, "policy": spec.label, "status": status, **result})
     return run_ids
