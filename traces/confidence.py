@@ -5,8 +5,11 @@ budget. The gate reads one confidence per forward (a prefill chunk: the mean ove
 that token's), but an agent's memory grows by observation prefill, where next-token confidence is about page text,
 while its decisions are short constrained action decodes. This reads the confidences the traces already hold
 (`prefill_chunks`, `decode_tokens`) and shows them per kind with the threshold drawn, so a gate's design can start
-from the signal it would see: per prefill chunk, per action token, and per reply (its first token, which picks the
-verb; its mean; its minimum).
+from the signal it would see: per prefill chunk, per action token, and per reply (after its first token; its mean;
+its minimum). A decode token's recorded confidence is that of the distribution *after* it (the one the gate acts
+on for the eviction right after): the distribution the reply's first token was chosen from is the prefill's last
+position, which a chunk's mean dilutes. The forced evaluation records the decisions' own choice confidences
+(`forced_results.decision_confidences`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 
 import sqlite_utils
 
-KINDS = ("prefill chunk", "action token", "reply first token", "reply mean", "reply min")
+KINDS = ("prefill chunk", "action token", "reply after 1st token", "reply mean", "reply min")
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 
@@ -39,7 +42,7 @@ def confidence_values(db: sqlite_utils.Database, run_ids: Sequence[int]) -> dict
     for tokens in replies.values():
         values = [c for _, c in sorted(tokens)]
         out["action token"] += values
-        out["reply first token"].append(values[0])
+        out["reply after 1st token"].append(values[0])
         out["reply mean"].append(fmean(values))
         out["reply min"].append(min(values))
     return out

@@ -41,7 +41,7 @@ def test_confidence_counts_each_kind_of_forward_below_tau(tmp_path: Path) -> Non
     kinds = json.loads(result.output)["kinds"]
     assert kinds["prefill chunk"]["n"] == 3 and kinds["prefill chunk"]["below_tau"] == 1 / 3
     assert kinds["action token"]["n"] == 5 and kinds["action token"]["below_tau"] == 1 / 5
-    assert kinds["reply first token"]["below_tau"] == 1 / 2  # 0.99 and 0.3
+    assert kinds["reply after 1st token"]["below_tau"] == 1 / 2  # 0.99 and 0.3
     assert kinds["reply min"]["quantiles"][2] == 0.45  # the median of 0.6 and 0.3
     assert kinds["reply mean"]["below_tau"] == 0.0  # (0.99+0.6)/2 and (0.3+0.98+0.97)/3 are both above
     table = runner.invoke(app, ["traces", "confidence", "--db", str(db), "--run", "1", "--run", "2",
