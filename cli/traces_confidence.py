@@ -19,7 +19,7 @@ def confidence_command(
 ) -> None:
     """Per prefill chunk, per action token and per reply: quantiles of the recorded confidence and the share below
     tau (how often a gate at tau would open on that kind of forward)."""
-    from cli.traces import _ids, _no_such, _open
+    from cli.trace_db import _ids, _no_such, _open
     from traces.confidence import confidence_values, plot_signal, signal_lines, signal_stats, stats_json
 
     run_ids = _ids(run, "run", db) or []
