@@ -118,6 +118,16 @@ class ScriptedAgent:
 _PREFIXES: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], Any]] = weakref.WeakKeyDictionary()
 
 
+@dataclass(frozen=True)
+class Decision:
+    """One greedy reply decoded on a fork: the action in id form, the text as written, and the confidence of each
+    distribution a token was chosen from (the first one picks the verb)."""
+
+    action: str
+    text: str
+    confidences: tuple[float, ...]
+
+
 def stop_token_ids(tokenizer: Any) -> list[int]:
     """End-of-turn ids: the tokenizer's EOS plus the usual chat end markers it knows."""
     ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
@@ -308,13 +318,28 @@ class ModelAgent:
         (action in id form, text as written). Call after the turn's ids (`open_turn`) are appended. Why a fork: the
         replay and forced evaluations score the decision at every step and then feed the recorded or reference
         reply, so the decision must not enter the cache they go on with."""
+        decision = self.decision(observation, last_result)
+        return decision.action, decision.text
+
+    def decision(self, observation: Observation, last_result: str | None) -> Decision:
+        """`decide`, with the confidence of every distribution a reply token was chosen from (raw logits, before the
+        grammar's mask; the paper's formula): what a turn-level gate would read. The traces' per-token confidence
+        is the distribution *after* each token, the one the cache's gate acts on, so it misses the first choice."""
+        from confkv.confidence import confidence
+
         labels = observation.labels() if self.labels else {}
         hook = self._hook(observation, last_result, labels or None)
+        chosen: list[float] = []
+
+        def recording(logits: Any, generated: list[int]) -> Any:
+            chosen.append(float(confidence(logits[None].float())[0]))
+            return hook(logits, generated) if hook is not None else logits
+
         fork = self.session.fork()
-        generated = fork.decode(self.token_budget(labels), self.stop_ids, hook)
+        generated = fork.decode(self.token_budget(labels), self.stop_ids, recording)
         in_cache = generated[:-1] if generated and generated[-1] in self.stop_ids else generated
         text = self.tokenizer.decode(in_cache, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        return (to_ids(text, labels) if labels else text), text
+        return Decision(to_ids(text, labels) if labels else text, text, tuple(chosen))
 
     def force_reply(self, written: str, action: str, observation: Observation, all_logits: bool = False) -> Any:
         """Append a reply the agent did not decode (a recorded or reference one: `written` as the model writes it,

@@ -222,6 +222,7 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
     tokens: list[dict[str, Any]] = []
     steps: list[StepRecord] = []
     decisions: list[str] = []
+    confidences: list[list[float]] = []  # per step: each decided token's choice confidence
     judged = "string_match" in task.eval.eval_types and task.eval.reference_answers is not None
     greedy = None
     for i, step in enumerate(traj.steps):
@@ -229,8 +230,10 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
         written = to_labels(step.reply, step.observation.labels()) if agent.labels else step.reply
         ids = agent.open_turn(step.observation, step.last_result)
         last = session.append(ids)
-        decision, decided_text = agent.decide(step.observation, step.last_result)
+        decided = agent.decision(step.observation, step.last_result)
+        decision, decided_text = decided.action, decided.text
         decisions.append(decision)
+        confidences.append([round(c, 4) for c in decided.confidences])
         reply_ids = tok(written, add_special_tokens=False).input_ids
         digest.update(repr((ids, reply_ids)).encode())
         if step.action.verb == "stop" and judged:
@@ -265,6 +268,7 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
         "answer_nll": _mean(t["nll"] for t in answer_rows), "answer_acc": _mean(t["correct"] for t in answer_rows),
         "greedy_answer": greedy,
         "decisions": json.dumps(decisions),
+        "decision_confidences": json.dumps(confidences),
         "decision_acc": _mean(same_action(d, s.reply) for d, s in zip(decisions, traj.steps, strict=True)),
         "mean_kv_bytes": sum(c.kv_bytes * c.tokens for c in calls) / max(1, sum(c.tokens for c in calls)),
         "peak_kv_bytes": int(session.cache.peak_kv_bytes), "full_kv_bytes": int(session.cache.full_kv_bytes()),

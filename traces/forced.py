@@ -43,6 +43,7 @@ FORCED_RESULTS_COLUMNS: dict[str, type] = {
     "answer_pass": int,  # the evaluator (string_match) accepts the greedy answer
     "decisions": str,  # JSON list: the agent's greedy decision (id form) at each step, before the reference was forced
     "decision_acc": float,  # share of steps whose decision equals the reference action
+    "decision_confidences": str,  # JSON: per step, the confidence of each distribution a decision token came from
     "mean_kv_bytes": float,  # token-weighted mean over model calls
     "peak_kv_bytes": int,
     "full_kv_bytes": int,

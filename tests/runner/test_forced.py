@@ -114,6 +114,9 @@ def test_forced_decisions_agree_with_full_only_where_the_cache_keeps_the_pages(t
         assert all(s["raw_output"] for s in steps)  # the decision as written (labels), beside the forced action
         same = [same_action(d, s["action"]) for d, s in zip(decisions["full"], steps, strict=True)]
         assert by_policy["full"]["decision_acc"] == sum(same) / len(same)
+        chosen = json.loads(by_policy["full"]["decision_confidences"])  # one list per step, one value per token
+        assert len(chosen) == 7 and all(chosen) and all(0.0 <= c <= 1.0 for step in chosen for c in step)
+        assert json.loads(by_policy["full-again"]["decision_confidences"]) == chosen
     summary = summarize_forced(rows)
     assert summary["full-again"].decision_agreement == 1.0 and summary["full-again"].decision_agreement_ci == (1.0, 1.0)
     assert summary["full-again"].decision_acc == summary["full"].decision_acc
