@@ -47,17 +47,24 @@ def build_policies(names: Sequence[str], items: list[str] | None, policy_hint: s
 
 def listing() -> dict:
     """The registry as data: policies (name, kind, roles, ranker) and keys (default, allowed range)."""
+    from confkv.gates import GATES
     from confkv.parts import key_ranges
     from confkv.policies import BASELINES, ROLES, registered
     from confkv.policy import KVPolicy
 
     roles = {name: [role for role, names in ROLES.items() if name in names] for name in registered()}
     policies = [{"name": name, "kind": "baseline" if name in BASELINES else "preset", "roles": roles[name],
-                 "ranker": policy.ranker} for name, policy in registered().items()]
+                 "gate": _gate_name(type(policy.gate.plugin), GATES), "ranker": policy.ranker}
+                for name, policy in registered().items()]  # fmt: skip
     defaults = KVPolicy.defaults()
     keys = [{"key": key, "default": defaults[key], "allowed": rng.describe() if rng else ""}
             for key, rng in key_ranges().items()]
     return {"policies": policies, "keys": keys}
+
+
+def _gate_name(cls: type, gates: dict[str, type]) -> str:
+    """The registry name of a gate class (`--set gated=<name>`)."""
+    return next((name for name, known in gates.items() if known is cls), cls.__name__)
 
 
 def register(app: typer.Typer) -> None:
@@ -70,7 +77,7 @@ def register(app: typer.Typer) -> None:
             return
         for p in data["policies"]:
             roles = f"  [{', '.join(p['roles'])}]" if p["roles"] else ""
-            typer.echo(f"{p['name']:<16} {p['kind']:<8} ranker={p['ranker']}{roles}")
+            typer.echo(f"{p['name']:<16} {p['kind']:<8} gate={p['gate']:<10} ranker={p['ranker']}{roles}")
         typer.echo("\n--set keys (default; allowed):")
         for k in data["keys"]:
             allowed = f"; {k['allowed']}" if k["allowed"] else ""

@@ -157,6 +157,17 @@ def test_the_listing_shows_a_new_gate_and_its_key(periodic_gate) -> None:
     assert list(keys)[:3] == ["budget", "gated", "n_low"], "the keys stored before gates were plugins keep their order"
 
 
+def test_the_listing_names_each_policys_gate() -> None:
+    from cli.policies import listing
+
+    gates = {p["name"]: p["gate"] for p in listing()["policies"]}
+    assert gates["sliding"] == gates["confkv-fixed"] == "fixed" and gates["confkv"] == "threshold"
+    from cli.policies import _gate_name
+    from confkv.gates import GATES
+
+    assert _gate_name(type(get_policy("confkv", {"tau": "auto:0.3"}).gate.plugin), GATES) == "quantile"
+
+
 def test_a_gate_key_must_not_clash_with_a_policy_key(monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import dataclass
 
