@@ -289,8 +289,10 @@ class ModelAgent:
             )
 
         labels = observation.labels() if self.labels else {}
-        hook = self._hook(observation, last_result, labels or None)
+        chosen: list[float] = []
+        hook = _recording(self._hook(observation, last_result, labels or None), chosen)
         generated = session.decode(self.token_budget(labels), self.stop_ids, hook, on_token)
+        self.end_turn(chosen)
         t2 = time.perf_counter()
         in_cache = generated[:-1] if generated and generated[-1] in self.stop_ids else generated
         text = tok.decode(in_cache, skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -325,21 +327,22 @@ class ModelAgent:
         """`decide`, with the confidence of every distribution a reply token was chosen from (raw logits, before the
         grammar's mask; the paper's formula): what a turn-level gate would read. The traces' per-token confidence
         is the distribution *after* each token, the one the cache's gate acts on, so it misses the first choice."""
-        from confkv.confidence import confidence
-
         labels = observation.labels() if self.labels else {}
-        hook = self._hook(observation, last_result, labels or None)
         chosen: list[float] = []
-
-        def recording(logits: Any, generated: list[int]) -> Any:
-            chosen.append(float(confidence(logits[None].float())[0]))
-            return hook(logits, generated) if hook is not None else logits
-
+        recording = _recording(self._hook(observation, last_result, labels or None), chosen)
         fork = self.session.fork()
         generated = fork.decode(self.token_budget(labels), self.stop_ids, recording)
         in_cache = generated[:-1] if generated and generated[-1] in self.stop_ids else generated
         text = self.tokenizer.decode(in_cache, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         return Decision(to_ids(text, labels) if labels else text, text, tuple(chosen))
+
+    def end_turn(self, confidences: Sequence[float]) -> None:
+        """Report a finished decision to the cache: its least confident choice is what a turn-level gate reads
+        (`ConfKVCache.end_turn`; other gates ignore it). `act` calls it; the forced and replay evaluations call it
+        with the decision they decoded on a fork, before they force the reference reply, so the gate acts on the
+        agent's own uncertainty at that step."""
+        if confidences and self.session is not None:
+            self.session.cache.end_turn(min(confidences))
 
     def force_reply(self, written: str, action: str, observation: Observation, all_logits: bool = False) -> Any:
         """Append a reply the agent did not decode (a recorded or reference one: `written` as the model writes it,
@@ -376,3 +379,14 @@ class ModelAgent:
         self.session = None
         self.chat = None
 
+
+def _recording(hook: Any, chosen: list[float]) -> Any:
+    """`hook` (the grammar's mask, or None) that first appends the confidence of the raw distribution each reply
+    token is chosen from (the paper's formula, before any mask) to `chosen`."""
+    from confkv.confidence import confidence
+
+    def recording(logits: Any, generated: list[int]) -> Any:
+        chosen.append(float(confidence(logits[None].float())[0]))
+        return hook(logits, generated) if hook is not None else logits
+
+    return recording

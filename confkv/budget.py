@@ -97,6 +97,39 @@ class QuantileGate:
 
 
 @dataclass
+class TurnBudget:
+    """Conf-KV for agents: the budget is decided once per turn, from the confidence of the decision just made, and
+    held for every forward until the next decision. Why: an agent's cache grows by observation prefill, whose
+    next-token confidence is about page text and hardly ever low (issue 37: the 1.5B's prefill chunks never fell
+    below 0.5), while the signal that spreads is the reply's least confident choice. An unsure decision keeps
+    `n_high` of the older turns when the next observation arrives, a sure one `n_low`. Before the first decision,
+    `n_high` (cautious, as `GatedBudget`). One instance per cache: it holds state."""
+
+    n_low: int
+    n_high: int
+    tau: float
+    current: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.n_low <= self.n_high:
+            raise ValueError(f"need 0 < n_low <= n_high, got n_low={self.n_low}, n_high={self.n_high}")
+        self.current = self.current or self.n_high
+
+    def budget(self, confidence: float | None) -> int:
+        return self.current
+
+    def end_turn(self, confidence: float) -> bool:
+        """A decision ended with this confidence (the least confident of its choices): set the held budget; True
+        when the gate opened (`n_high`)."""
+        self.current = self.n_high if confidence < self.tau else self.n_low
+        return self.current > self.n_low
+
+    @property
+    def max_budget(self) -> int:
+        return self.n_high
+
+
+@dataclass
 class Hysteresis:
     """A gate whose expansions keep something: it opens at once (the inner schedule's larger answer wins) but closes
     gradually, at most `shrink` tokens per forward towards the inner answer. Why: eviction is irreversible, so the
@@ -104,7 +137,7 @@ class Hysteresis:
     expansion kept (512 -> 256 in one step), and that step pays a 256-token eviction. With `shrink` the expansion
     decays over n_high - n_low / shrink confident forwards instead. One instance per cache: it holds state."""
 
-    inner: GatedBudget | QuantileGate
+    inner: GatedBudget | QuantileGate | TurnBudget
     shrink: int
     last: int | None = None
 
@@ -131,6 +164,10 @@ class Hysteresis:
     @property
     def max_budget(self) -> int:
         return self.inner.max_budget
+
+    def end_turn(self, confidence: float) -> bool:
+        """A turn-level inner gate's decision (`TurnBudget`); the closing is then paced per forward as always."""
+        return self.inner.end_turn(confidence)  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True)

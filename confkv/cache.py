@@ -64,6 +64,8 @@ class ConfKVCache(Cache):
         self.peak_kv_bytes = 0
         self.gate_decisions = 0  # forwards whose confidence a gated schedule judged
         self.gate_opens = 0  # ... and how many of them it answered above n_low
+        self.turn_decisions = 0  # decisions reported through end_turn that a turn-level schedule judged
+        self.turn_opens = 0  # ... and how many of them opened it
         self.bookkeeping_s = 0.0  # time in end_forward (confidence, ranking, migration, compaction): for benchmarks
         self.fold_mass = True  # False while the session reruns a token: its position's mass was folded already
         wants_mass = self.policy.wants_mass
@@ -115,9 +117,22 @@ class ConfKVCache(Cache):
         """Pin one more span `[start, end)`, keeping the existing pins (same timing rule as `pin`)."""
         self.pin([*self.pins, (start, end)])
 
+    def end_turn(self, confidence: float | None) -> None:
+        """A caller's decision (an agent's reply) ended with this confidence, the least confident of its choices. A
+        turn-level schedule (`confkv.budget.TurnBudget`) sets the budget it holds until the next decision from it;
+        per-forward schedules ignore it. The new budget applies from the next forward's eviction step."""
+        decide = getattr(self.schedule, "end_turn", None)
+        if decide is None or confidence is None:
+            return
+        self.turn_decisions += 1
+        self.turn_opens += bool(decide(float(confidence)))
+
     @property
     def gate_open_rate(self) -> float | None:
-        """Share of judged forwards on which the gate opened (None: not gated, or nothing judged yet)."""
+        """Share of judged decisions on which the gate opened: per turn for a turn-level gate, else per forward
+        (None: not gated, or nothing judged yet)."""
+        if self.turn_decisions:
+            return self.turn_opens / self.turn_decisions
         return self.gate_opens / self.gate_decisions if self.gate_decisions else None
 
     @property

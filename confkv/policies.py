@@ -7,6 +7,8 @@ ranking differs (the paper's matched-rate ablation).
 that whatever `confkv` becomes. Today `confkv` is the same schedule: neither the calibrated gate (`--set tau=auto`,
 opens on ~25% of forwards where tau = 0.5 opens on ~4-7%) nor the hysteresis gate (`--set shrink=16`) beat the same
 ranker at a fixed budget of equal mean bytes (README, issue 12), so neither was made the default.
+`confkv-turn` decides once per agent turn, from the agent's own decision (`confkv.gates.turn`): an unsure reply
+keeps `n_high` of the older turns when the next observation arrives, a sure one `n_low`.
 `confkv-recall` adds recallable eviction: what a confident step evicts waits in a 2,048-token cold tier per layer
 (INT8, never attended), and when the gate opens the layer refills up to `n_high` with the cold tokens the current
 query scores highest, so "keep more when unsure" has something to keep.
@@ -31,6 +33,10 @@ from confkv.policy import Gate, KVPolicy, PolicyError, Protection, RankerSpec, S
 _CONFKV_GATE = Gate(gated="threshold", n_low=256, n_high=512, tau=0.5)
 _CONFKV = KVPolicy("confkv", _CONFKV_GATE, RankerSpec("ema"), Protection(sinks=4, protect=64), Storage(int8_after=64))
 _ABLATION = dataclasses.replace(_CONFKV, storage=Storage(int8_after=None))
+# The turn gate's threshold on a decision's least confident choice: the 0.4-quantile of those minima for
+# qwen2.5-coder-1.5b under full KV (14 forced decisions, tasks 15-16; confidences only, no reference is read), so it
+# opens on about 40% of turns; `traces confidence --decisions` prints the quantiles for another model or DB.
+TURN_TAU = 0.65
 
 PRESETS: dict[str, KVPolicy] = {
     "full": KVPolicy("full"),
@@ -40,6 +46,8 @@ PRESETS: dict[str, KVPolicy] = {
     "confkv-paper": dataclasses.replace(_CONFKV, name="confkv-paper"),
     "confkv-recall": dataclasses.replace(_CONFKV, name="confkv-recall",
                                          storage=dataclasses.replace(_CONFKV.storage, cold=2048)),
+    "confkv-turn": dataclasses.replace(_CONFKV, name="confkv-turn",
+                                       gate=_CONFKV_GATE.with_values(gated="turn", tau=TURN_TAU)),
     "confkv-pyramid": dataclasses.replace(_CONFKV, name="confkv-pyramid",
                                           gate=_CONFKV_GATE.with_values(pyramid=True)),
     "random": dataclasses.replace(_ABLATION, name="random", ranking=RankerSpec("random")),
@@ -61,7 +69,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "fixed": ("sliding", "h2o", "confkv-fixed"),
     "ablation": ("random", "recency", "attention"),
     "ablation-reference": ("confkv-noint8",),
-    "on-request": ("confkv-recall", "confkv-paper"),
+    "on-request": ("confkv-recall", "confkv-paper", "confkv-turn"),
 }
 
 

@@ -103,7 +103,9 @@ def replay_episode(agent: Any, episode: RecordedEpisode) -> list[dict[str, Any]]
         obs = observation_from_record(step.observation)
         agent.session.append(agent.open_turn(obs, last))
         t0 = time.perf_counter()
-        action, text = agent.decide(obs, last)
+        decided = agent.decision(obs, last)
+        action, text = decided.action, decided.text
+        agent.end_turn(decided.confidences)  # a turn-level gate acts on the agent's own decision, as in forced mode
         out.append({"decision": action, "text": text, "recorded": step.action,
                     "decide_s": round(time.perf_counter() - t0, 2), "context": agent.session.seen,
                     "kv_bytes": agent.session.cache.memory().kv_bytes})  # fmt: skip

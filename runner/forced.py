@@ -234,6 +234,7 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
         decision, decided_text = decided.action, decided.text
         decisions.append(decision)
         confidences.append([round(c, 4) for c in decided.confidences])
+        agent.end_turn(decided.confidences)  # a turn-level gate acts on this decision (the reference is forced next)
         reply_ids = tok(written, add_special_tokens=False).input_ids
         digest.update(repr((ids, reply_ids)).encode())
         if step.action.verb == "stop" and judged:

@@ -9,7 +9,9 @@ from the signal it would see: per prefill chunk, per action token, and per reply
 its minimum). A decode token's recorded confidence is that of the distribution *after* it (the one the gate acts
 on for the eviction right after): the distribution the reply's first token was chosen from is the prefill's last
 position, which a chunk's mean dilutes. The forced evaluation records the decisions' own choice confidences
-(`forced_results.decision_confidences`).
+(`forced_results.decision_confidences`): per decision its first choice (the verb) and its least confident choice,
+which is what the turn-level gate (`confkv.gates.turn`) compares with tau, so "decision min below tau" is that
+gate's open rate, and a quantile of it is a calibrated tau (it reads confidences only, never a reference).
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ from pathlib import Path
 from statistics import fmean, quantiles
 from typing import Any
 
+import json
+
 import sqlite_utils
 
-KINDS = ("prefill chunk", "action token", "reply after 1st token", "reply mean", "reply min")
+KINDS = ("prefill chunk", "action token", "reply after 1st token", "reply mean", "reply min", "decision 1st choice",
+         "decision min")
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 
@@ -45,6 +50,13 @@ def confidence_values(db: sqlite_utils.Database, run_ids: Sequence[int]) -> dict
         out["reply after 1st token"].append(values[0])
         out["reply mean"].append(fmean(values))
         out["reply min"].append(min(values))
+    if "decision_confidences" in (db["forced_results"].columns_dict if "forced_results" in db.table_names() else {}):
+        for row in db.query(f"select f.decision_confidences from forced_results f join episodes e on e.id = "
+                            f"f.episode_id where e.run_id in ({marks}) and e.status = 'done'", list(run_ids)):  # fmt: skip
+            for choices in json.loads(row["decision_confidences"] or "[]"):
+                if choices:
+                    out["decision 1st choice"].append(float(choices[0]))
+                    out["decision min"].append(float(min(choices)))
     return out
 
 

@@ -17,11 +17,13 @@ from confkv.gates.base import BudgetGate, Schedule, TwoLevelGate, build_gate, ga
 from confkv.gates.fixed import FixedGate
 from confkv.gates.quantile import RunningQuantileGate
 from confkv.gates.threshold import ThresholdGate
+from confkv.gates.turn import TurnGate
 
 GATES: dict[str, type[BudgetGate]] = {
     "fixed": FixedGate,
     "threshold": ThresholdGate,
     "quantile": RunningQuantileGate,
+    "turn": TurnGate,
 }
 
 STORED_AS: dict[str, bool] = {"fixed": False, "threshold": True, "quantile": True}
@@ -44,6 +46,7 @@ __all__ = [
     "RunningQuantileGate",
     "Schedule",
     "ThresholdGate",
+    "TurnGate",
     "TwoLevelGate",
     "build_gate",
     "gate_name",

@@ -32,6 +32,7 @@ CASES = [
     ('attention', {}, {'name': 'attention', 'ranker': 'attention', 'int8_after': None}),
     ('confkv-fixed', {}, {'name': 'confkv-fixed', 'budget': 512, 'gated': False}),
     ('confkv-noint8', {}, {'name': 'confkv-noint8', 'int8_after': None}),
+    ('confkv-turn', {}, {'name': 'confkv-turn', 'gated': 'turn', 'tau': 0.65}),  # added with the turn gate (issue 37)
     ('confkv', {'tau': '0.6'}, {'tau': 0.6}),
     ('confkv', {'tau': 'auto:0.75'}, {'tau_quantile': 0.75}),
     ('confkv', {'tau': 'auto'}, {'tau_quantile': 0.2}),
@@ -60,6 +61,7 @@ SCHEDULES = [
     ('confkv', {'tau': 'auto:0.3', 'shrink': '8', 'pyramid': 'on'}, 'Hysteresis(inner=QuantileGate(n_low=256, n_high=512, q=0.3, warmup=16, window=1024), shrink=8, last=None)'),
     ('confkv-fixed', {'n_low': '96', 'gated': 'false', 'budget': '300', 'slack': '0'}, 'FixedBudget(n=300)'),
     ('full', {'gated': 'true'}, 'GatedBudget(n_low=256, n_high=512, tau=0.5)'),
+    ('confkv-turn', {}, 'TurnBudget(n_low=256, n_high=512, tau=0.65, current=512)'),
 ]  # fmt: skip
 
 

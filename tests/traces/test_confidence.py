@@ -53,3 +53,21 @@ def test_confidence_counts_each_kind_of_forward_below_tau(tmp_path: Path) -> Non
 def test_confidence_refuses_a_run_the_database_lacks(tmp_path: Path) -> None:
     result = runner.invoke(app, ["traces", "confidence", "--db", str(_db(tmp_path)), "--run", "9"])
     assert result.exit_code == 1 and "no run 9" in result.output
+
+
+def test_forced_decisions_give_the_turn_gates_signal(tmp_path: Path) -> None:
+    """Per forced decision: its first choice and its least confident one (what `confkv.gates.turn` compares)."""
+    from traces.forced import record_forced
+
+    db = _db(tmp_path)
+    with TraceStore(db) as store:
+        run = store.start_run("tiny", "full", {"name": "full"}, git_revision=None, machine=None)
+        ep = store.start_episode(run, "2")
+        record_forced(store, ep, {"decision_confidences": json.dumps([[0.9, 0.4, 1.0], [0.7, 0.95], []])}, [])
+        store.finish_episode(ep, success=True)
+    result = runner.invoke(app, ["traces", "confidence", "--db", str(db), "--run", "3", "--tau", "0.5", "--json"])
+    assert result.exit_code == 0, result.output
+    kinds = json.loads(result.output)["kinds"]
+    assert kinds["decision min"]["n"] == 2 and kinds["decision min"]["below_tau"] == 1 / 2  # 0.4 and 0.7
+    assert kinds["decision 1st choice"]["below_tau"] == 0.0  # 0.9 and 0.7
+    assert kinds["reply min"]["n"] == 0  # a forced run records no decode tokens
