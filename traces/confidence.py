@@ -16,14 +16,13 @@ gate's open rate, and a quantile of it is a calibrated tau (it reads confidences
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean, quantiles
 from typing import Any
-
-import json
 
 import sqlite_utils
 
