@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -165,9 +165,11 @@ class Hysteresis:
     def max_budget(self) -> int:
         return self.inner.max_budget
 
-    def end_turn(self, confidence: float) -> bool:
-        """A turn-level inner gate's decision (`TurnBudget`); the closing is then paced per forward as always."""
-        return self.inner.end_turn(confidence)  # type: ignore[union-attr]
+    @property
+    def end_turn(self) -> Callable[[float], bool] | None:
+        """The inner gate's turn decision when it is a turn-level one (`TurnBudget`; the closing is then paced per
+        forward as always), else None: the cache looks it up, so a per-forward gate with hysteresis ignores turns."""
+        return getattr(self.inner, "end_turn", None)
 
 
 @dataclass(frozen=True)

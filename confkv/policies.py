@@ -35,7 +35,7 @@ _CONFKV = KVPolicy("confkv", _CONFKV_GATE, RankerSpec("ema"), Protection(sinks=4
 _ABLATION = dataclasses.replace(_CONFKV, storage=Storage(int8_after=None))
 # The turn gate's threshold on a decision's least confident choice: the 0.4-quantile of those minima for
 # qwen2.5-coder-1.5b under full KV (14 forced decisions, tasks 15-16; confidences only, no reference is read), so it
-# opens on about 40% of turns; `traces confidence --decisions` prints the quantiles for another model or DB.
+# opens on about 40% of turns; `traces confidence` prints the quantiles ("decision min") for another model or DB.
 TURN_TAU = 0.65
 
 PRESETS: dict[str, KVPolicy] = {

@@ -3,6 +3,7 @@ least confident choice; per-forward confidences never move it."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from confkv import ConfKVSession, get_policy
@@ -46,9 +47,10 @@ def test_an_unsure_decision_keeps_more_of_the_next_turn_and_the_open_rate_counts
     assert kept == {"sure": 12, "unsure": 24}
 
 
-def test_gates_that_decide_per_forward_ignore_turns():
+@pytest.mark.parametrize("extra", [{}, {"shrink": "4"}])
+def test_gates_that_decide_per_forward_ignore_turns(extra):
     model, vocab = tiny_model("qwen2")
-    session = ConfKVSession(model, get_policy("confkv", SMALL))
+    session = ConfKVSession(model, get_policy("confkv", {**SMALL, **extra}))
     session.append(torch.randint(0, vocab, (1, 40), generator=torch.Generator().manual_seed(32)))
     rate = session.cache.gate_open_rate
     session.cache.end_turn(0.01)
