@@ -179,8 +179,8 @@ def run_niah(
                                     cfg.max_new_tokens)
             if name == cfg.match:
                 ref = fp
-            cells_out.append({"length": length, "depth": depth, "needle": needle, "policy": name, "correct": ok,
-                              "answer": text, "budget": budget, **fp, "seconds": time.perf_counter() - t0})
+            cells_out.append({"length": length, "depth": depth, "needle": needle, "code": cell.code, "policy": name,
+                              "correct": ok, "answer": text, "budget": budget, **fp, "seconds": time.perf_counter() - t0})
             say(f"L={length} depth={depth:.2f} needle {needle}: {name}: {'OK ' if ok else 'MISS'} "
                 f"{text.strip()[:30]!r} (mean KV {fp['mean_kv_bytes'] / 2**20:.2f} MiB, "
                 f"{time.perf_counter() - t0:.0f}s)")
@@ -230,7 +230,7 @@ def summarize(cells: list[dict], cfg: NiahConfig) -> dict:
                         for n, d in itertools.product(cfg.lengths, cfg.depths)},
         }
     return {"bench": "niah", "text": CORPUS_NAME, "lengths": list(cfg.lengths), "depths": list(cfg.depths),
-            "needles": cfg.needles, "matched_to": cfg.match, "matched_total": cfg.match_total,
+            "needles": cfg.needles, "seed": cfg.seed, "matched_to": cfg.match, "matched_total": cfg.match_total,
             "overrides": cfg.overrides, "prefill_chunk": cfg.prefill_chunk,
             "policies": policies, "cells": cells, "paper": PAPER["niah_accuracy"]}
 
@@ -294,6 +294,8 @@ class NiahOptions:
     lengths: str | None = option(None, "context lengths [1K..32K up to the model limit]")
     depths: str | None = option(None, "needle depths in [0,1] [0,.25,.5,.75,1]")
     needles: int = option(3, "trials per cell, each with its own passcode", low=1)
+    seed: int = option(0, "seed of the passcodes (a new seed with new depths gives needles no earlier run has seen)",
+                       low=0)
     policies: str | None = option(None, "comma-separated subset (the fixed baselines need the --match policy) "
                                   "[role main in `confkv-agent policies`; on request: role on-request]")  # fmt: skip
     match: str = option("confkv", "the gated policy the fixed baselines are byte-matched to")
@@ -319,7 +321,7 @@ def run(opts: NiahOptions, progress: Progress) -> dict:
         lengths = (512, 1024) if opts.quick else tuple(n for n in (1024, 2048, 4096, 8192, 16384, 32768) if n <= limit)
     depths = depths or ((0.0, 0.5, 1.0) if opts.quick else (0.0, 0.25, 0.5, 0.75, 1.0))
     cfg = NiahConfig(lengths=tuple(lengths), depths=tuple(depths), policies=names(opts.policies) or POLICIES,
-                     needles=opts.needles, match=opts.match, match_total=opts.match_total,
+                     needles=opts.needles, match=opts.match, match_total=opts.match_total, seed=opts.seed,
                      prefill_chunk=128 if opts.quick else 512,
                      overrides={**(QUICK_OVERRIDES if opts.quick else {}), **overrides}).validate()  # fmt: skip
     bos = (tokenizer.bos_token_id,) if tokenizer.bos_token_id is not None else ()

@@ -123,6 +123,22 @@ def test_niah_cell_layout():
         niah.make_cell(tok, hay, 40, 0.5, "12345")
 
 
+def test_niah_seed_draws_fresh_passcodes():
+    """A held-out NIAH run must not reuse the passcodes that tuned a policy: the seed alone decides them."""
+    model, _ = tiny_model("llama")
+    tok = CharTokenizer()
+    hay = tok("And God said, Let there be light: and there was light. " * 8).input_ids
+    codes = {}
+    for seed in (0, 1, 0):
+        cfg = niah.NiahConfig(lengths=(176,), depths=(0.5,), policies=("full",), prefill_chunk=64,
+                              max_new_tokens=1, needles=3, seed=seed, trace=False)
+        result = niah.run_niah(model, tok, hay, cfg, prefix=(1,))
+        assert result["seed"] == seed
+        got = [c["code"] for c in result["cells"]]
+        assert codes.setdefault(seed, got) == got  # reproducible
+    assert not set(codes[0]) & set(codes[1])
+
+
 def test_niah_accuracy_and_matched_footprint():
     model, _ = tiny_model("llama")
     tok = CharTokenizer()
