@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         if chat and raw:
             err.print("[red]error:[/] --chat and --raw contradict each other; pass one")
             raise typer.Exit(2)
-        pol = build_policies([policy], overrides)[policy]
+        pol = build_policies([policy], overrides, model=model)[policy]
         try:
             mdl, tok = load(model, dtype=checked_dtype(dtype, model=model))
         except (FileNotFoundError, ValueError) as exc:

@@ -1,8 +1,11 @@
-"""`confkv-agent models list|pull`: the named offline models and their local conversion state."""
+"""`confkv-agent models list|pull|calibrate`: the named offline models, their local conversion state, and the gate
+thresholds calibrated for them (`confkv.calibration`)."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
+from pathlib import Path
 
 import typer
 
@@ -100,6 +103,62 @@ def pull_cmd(
     typer.echo(f"sha256: {spec.sha256}")
 
 
+@models_app.command("calibrate")
+def calibrate_cmd(
+    model: str = typer.Argument(..., help="The model the traces were recorded with (a registry name or its path)."),
+    db: Path = typer.Option(..., "--db", help="Trace database (SQLite) written by `run` / `eval` with this model."),
+    run: list[int] = typer.Option(..., "--run", help="Run ids whose episodes are read (repeatable)."),
+    tasks: str | None = typer.Option(None, "--tasks", help="Comma-separated task ids to read (a calibration split; "
+                                     "evaluate the gate on the others) [all the runs' tasks]"),  # fmt: skip
+    quantile: float = typer.Option(0.4, "--quantile", min=0.01, max=0.99,
+                                   help="tau = this quantile of the signal: the gate opens on about this share"),
+    gate: str = typer.Option("both", "--gate", help="turn, forward or both: which gates' signal to calibrate"),
+) -> None:
+    """Store tau for MODEL's gates from recorded traffic (confidences only, never a reference answer): the turn
+    gate's from each decision's least confident choice, the per-forward gates' from each forward's confidence.
+    Policies read it with `--set tau=calibrated`."""
+    from cli.trace_db import _fail, _ids, _no_such, _open
+    from confkv.calibration import SIGNALS, CalibrationError, save_calibration
+    from confkv.calibration import quantile as q_of
+    from traces.confidence import confidence_values
+    from traces.fmt import terminal_safe
+
+    kinds = list(SIGNALS) if gate == "both" else [gate]
+    if any(k not in SIGNALS for k in kinds):
+        raise typer.BadParameter(f"expected turn, forward or both, got {gate!r}", param_hint="--gate")
+    run_ids = _ids(run, "run", db) or []
+    task_ids = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
+    with _open(db) as store:
+        runs = {r["id"]: r for r in store.runs()}
+        for rid in run_ids:
+            if rid not in runs:
+                raise _no_such("run", str(rid), db)
+            if runs[rid]["model"] not in (model, Path(model).name):
+                raise _fail(terminal_safe(f"run {rid} is of model {runs[rid]['model']!r}, not {model!r}: a threshold "
+                                          f"only holds for the model whose confidences set it"))  # fmt: skip
+        values = confidence_values(store.db, run_ids, task_ids)
+    stored = 0
+    for kind in kinds:
+        signal = [v for name in SIGNALS[kind] for v in values[name]]
+        if not signal:
+            typer.echo(f"{kind}: no {' or '.join(SIGNALS[kind])} confidences in these runs; not stored", err=True)
+            continue
+        try:
+            tau = q_of(signal, quantile)
+            path = save_calibration(model, kind, {
+                "tau": round(tau, 4), "quantile": quantile, "n": len(signal), "signal": list(SIGNALS[kind]),
+                "db": str(db), "runs": run_ids, "policies": sorted({runs[r]["policy"] for r in run_ids}),
+                "tasks": task_ids, "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})  # fmt: skip
+        except CalibrationError as exc:
+            raise _fail(str(exc)) from None
+        opens = sum(v < tau for v in signal) / len(signal)
+        typer.echo(f"{kind}: tau = {tau:.4f} (the {quantile:g}-quantile of {len(signal)} {' + '.join(SIGNALS[kind])} "
+                   f"confidences; a gate at it opens on {opens:.1%} of them) -> {path}")  # fmt: skip
+        stored += 1
+    if not stored:
+        raise _fail("nothing calibrated: the runs hold none of the confidences these gates compare")
+
+
 def register(app: typer.Typer) -> None:
-    """Add `models list` and `models pull` to the root app."""
+    """Add `models list`, `models pull` and `models calibrate` to the root app."""
     app.add_typer(models_app, name="models")

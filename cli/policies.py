@@ -8,6 +8,7 @@ strings point here, and this prints whatever is registered now.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -18,13 +19,19 @@ if TYPE_CHECKING:
     from confkv.policy import KVPolicy
 
 
-def build_policies(names: Sequence[str], items: list[str] | None, policy_hint: str = "--policy") -> dict[str, KVPolicy]:
+def build_policies(names: Sequence[str], items: list[str] | None, policy_hint: str = "--policy",
+                   model: str | None = None) -> dict[str, KVPolicy]:
     """name -> the built `KVPolicy` with every `--set key=value` applied and checked: the one place a command's
     policy arguments are parsed, so the runner and the library receive objects and never re-parse strings (and a
     typo is one usage error before any model, browser or database is touched).
 
+    `--set tau=calibrated` reads the threshold stored for `model` and the policy's kind of gate
+    (`confkv.calibration`), so the built policy, and the run's config, hold the number.
+
     An unknown name is a `BadParameter` on `policy_hint`; a malformed item, unknown key or out-of-range value is one
     on `--set`. With no names the items are still checked for their `key=value` form."""
+    from confkv.calibration import CALIBRATED, CalibrationError, calibrated_tau, gate_kind
+    from confkv.gates import GATES
     from confkv.policies import PolicyError, get_policy, parse_overrides
     from traces.fmt import terminal_safe
 
@@ -39,8 +46,17 @@ def build_policies(names: Sequence[str], items: list[str] | None, policy_hint: s
         except PolicyError as exc:
             raise typer.BadParameter(terminal_safe(str(exc)), param_hint=policy_hint) from None
         try:
-            built[name] = get_policy(name, overrides)
-        except PolicyError as exc:
+            mine: dict[str, str | object] = dict(overrides)
+            if str(mine.get("tau", "")).strip() == CALIBRATED:
+                if model is None:
+                    raise PolicyError("tau=calibrated needs the model the threshold was calibrated for")
+                gate = get_policy(name, {k: v for k, v in mine.items() if k != "tau"}).gate.plugin
+                if "tau" in {f.name for f in dataclasses.fields(gate)}:
+                    mine["tau"] = calibrated_tau(model, gate_kind(_gate_name(type(gate), GATES)))
+                else:  # a fixed budget has no threshold to calibrate (full, sliding, h2o beside a gated policy)
+                    del mine["tau"]
+            built[name] = get_policy(name, mine)
+        except (PolicyError, CalibrationError) as exc:
             raise typer.BadParameter(terminal_safe(str(exc)), param_hint="--set") from None
     return built
 

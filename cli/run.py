@@ -69,7 +69,7 @@ def _validate(policies: list[str], overrides: list[str] | None, model: str, db: 
 
     if not policies:
         raise typer.BadParameter("no policies given", param_hint=policy_hint)
-    built = build_policies([p for p in policies if p != SCRIPTED], overrides, policy_hint)
+    built = build_policies([p for p in policies if p != SCRIPTED], overrides, policy_hint, model=model)
     try:
         if built:
             _check_model(model)

@@ -31,17 +31,22 @@ KINDS = ("prefill chunk", "action token", "reply after 1st token", "reply mean",
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 
-def confidence_values(db: sqlite_utils.Database, run_ids: Sequence[int]) -> dict[str, list[float]]:
-    """kind -> every confidence of that kind in the runs' finished or failed episodes (`KINDS`)."""
+def confidence_values(db: sqlite_utils.Database, run_ids: Sequence[int],
+                      tasks: Sequence[str] | None = None) -> dict[str, list[float]]:
+    """kind -> every confidence of that kind in the runs' finished or failed episodes (`KINDS`), of the given
+    tasks only when `tasks` is set (a calibration split apart from the tasks a gate is then evaluated on)."""
     marks = ",".join("?" * len(run_ids))
+    if tasks is not None:
+        marks += ") and e.task_id in (" + ",".join("?" * len(tasks))
+    args = [*run_ids, *(tasks or ())]
     out: dict[str, list[float]] = {k: [] for k in KINDS}
     for row in db.query(f"select p.confidence from prefill_chunks p join episodes e on e.id = p.episode_id "
-                        f"where e.run_id in ({marks}) and p.confidence is not null", list(run_ids)):  # fmt: skip
+                        f"where e.run_id in ({marks}) and p.confidence is not null", args):  # fmt: skip
         out["prefill chunk"].append(float(row["confidence"]))
     replies: dict[tuple[int, int], list[tuple[int, float]]] = defaultdict(list)
     for row in db.query(f"select d.episode_id, d.step, d.token_index, d.confidence from decode_tokens d join "
                         f"episodes e on e.id = d.episode_id where e.run_id in ({marks}) and d.confidence is not null",
-                        list(run_ids)):  # fmt: skip
+                        args):  # fmt: skip
         replies[(row["episode_id"], row["step"])].append((row["token_index"], float(row["confidence"])))
     for tokens in replies.values():
         values = [c for _, c in sorted(tokens)]
@@ -51,7 +56,7 @@ def confidence_values(db: sqlite_utils.Database, run_ids: Sequence[int]) -> dict
         out["reply min"].append(min(values))
     if "decision_confidences" in (db["forced_results"].columns_dict if "forced_results" in db.table_names() else {}):
         for row in db.query(f"select f.decision_confidences from forced_results f join episodes e on e.id = "
-                            f"f.episode_id where e.run_id in ({marks}) and e.status = 'done'", list(run_ids)):  # fmt: skip
+                            f"f.episode_id where e.run_id in ({marks}) and e.status = 'done'", args):  # fmt: skip
             for choices in json.loads(row["decision_confidences"] or "[]"):
                 if choices:
                     out["decision 1st choice"].append(float(choices[0]))
