@@ -61,8 +61,14 @@ class NiahConfig:
     needles: int = 3  # trials per (length, depth) cell, each with its own passcode
     match: str = "confkv"  # the gated policy whose mean resident bytes the fixed baselines are matched to
     match_total: bool = False  # match resident + cold-tier bytes (what one device holds), not resident alone
+    match_both: bool = False  # each fixed baseline twice: at resident bytes, and as `<name>@total` at resident + cold
     seed: int = 0
     trace: bool = True
+
+    def labels(self) -> tuple[str, ...]:
+        """The policies' result labels: with `match_both` each fixed baseline also as `<name>@total`."""
+        extra = [f"{p}@total" for p in FIXED_BASELINES if p in self.policies] if self.match_both else []
+        return (*self.policies, *extra)
 
     def validate(self) -> NiahConfig:
         if not self.lengths or min(self.lengths) < 32:
@@ -163,25 +169,28 @@ def run_niah(
     say = progress or (lambda _msg: None)
     rng = random.Random(cfg.seed)
     # The gated policies first: the fixed baselines are matched to one of them.
-    order = [p for p in policy_names() if p in cfg.policies and p not in FIXED_BASELINES]
-    order += [p for p in FIXED_BASELINES if p in cfg.policies]
+    # (label, policy, match resident + cold bytes?): one gated run serves both matchings of a baseline.
+    order = [(p, p, False) for p in policy_names() if p in cfg.policies and p not in FIXED_BASELINES]
+    order += [(p, p, cfg.match_total) for p in FIXED_BASELINES if p in cfg.policies]
+    if cfg.match_both:
+        order += [(f"{p}@total", p, True) for p in FIXED_BASELINES if p in cfg.policies]
     cells_out: list[dict] = []
     for length, depth, needle in itertools.product(cfg.lengths, cfg.depths, range(cfg.needles)):
         cell = make_cell(tokenizer, haystack, length, depth, f"{rng.randrange(10000, 100000)}", prefix)
         ref: dict | None = None  # confkv's footprint in this trial
-        for name in order:
+        for label, name, total in order:
             budget = None
             if name in FIXED_BASELINES:
-                target = ref["mean_kv_bytes"] + (ref["mean_cold_bytes"] if cfg.match_total else 0.0)
+                target = ref["mean_kv_bytes"] + (ref["mean_cold_bytes"] if total else 0.0)
                 budget = byte_matched_budget(model, name, ref["ends"], target, {**EXACT_BUDGETS, **cfg.overrides})
             t0 = time.perf_counter()
             ok, text, fp = run_cell(model, tokenizer, cell, _policy(name, cfg.overrides, cfg.prefill_chunk, budget),
                                     cfg.max_new_tokens)
             if name == cfg.match:
                 ref = fp
-            cells_out.append({"length": length, "depth": depth, "needle": needle, "code": cell.code, "policy": name,
+            cells_out.append({"length": length, "depth": depth, "needle": needle, "code": cell.code, "policy": label,
                               "correct": ok, "answer": text, "budget": budget, **fp, "seconds": time.perf_counter() - t0})
-            say(f"L={length} depth={depth:.2f} needle {needle}: {name}: {'OK ' if ok else 'MISS'} "
+            say(f"L={length} depth={depth:.2f} needle {needle}: {label}: {'OK ' if ok else 'MISS'} "
                 f"{text.strip()[:30]!r} (mean KV {fp['mean_kv_bytes'] / 2**20:.2f} MiB, "
                 f"{time.perf_counter() - t0:.0f}s)")
     for c in cells_out:
@@ -206,7 +215,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 def summarize(cells: list[dict], cfg: NiahConfig) -> dict:
     policies: dict[str, dict] = {}
-    for name in cfg.policies:
+    for name in cfg.labels():
         mine = [c for c in cells if c["policy"] == name]
         if not mine:
             continue
@@ -231,6 +240,7 @@ def summarize(cells: list[dict], cfg: NiahConfig) -> dict:
         }
     return {"bench": "niah", "text": CORPUS_NAME, "lengths": list(cfg.lengths), "depths": list(cfg.depths),
             "needles": cfg.needles, "seed": cfg.seed, "matched_to": cfg.match, "matched_total": cfg.match_total,
+            "matched_both": cfg.match_both,
             "overrides": cfg.overrides, "prefill_chunk": cfg.prefill_chunk,
             "policies": policies, "cells": cells, "paper": PAPER["niah_accuracy"]}
 
@@ -300,6 +310,9 @@ class NiahOptions:
                                   "[role main in `confkv-agent policies`; on request: role on-request]")  # fmt: skip
     match: str = option("confkv", "the gated policy the fixed baselines are byte-matched to")
     match_total: bool = option(False, "match resident + cold-tier bytes (one device)")
+    match_both: bool = option(False, "run each fixed baseline at resident bytes and, as <name>@total, at resident + "
+                              "cold bytes, from one run of the gated policy")  # fmt: skip
+    trace: bool = option(True, "also the token-by-token confidence trace around the question (one more run)")
     set_: list[str] | None = option(None, "override of the gated policies, key=value", flag="--set")
     dtype: str = option("auto", kind="dtype")
     int8: bool = option(False, "the same as --dtype int8 (W8A8 Linear layers, fp32 activations)")
@@ -322,6 +335,7 @@ def run(opts: NiahOptions, progress: Progress) -> dict:
     depths = depths or ((0.0, 0.5, 1.0) if opts.quick else (0.0, 0.25, 0.5, 0.75, 1.0))
     cfg = NiahConfig(lengths=tuple(lengths), depths=tuple(depths), policies=names(opts.policies) or POLICIES,
                      needles=opts.needles, match=opts.match, match_total=opts.match_total, seed=opts.seed,
+                     match_both=opts.match_both, trace=opts.trace,
                      prefill_chunk=128 if opts.quick else 512,
                      overrides={**(QUICK_OVERRIDES if opts.quick else {}), **overrides}).validate()  # fmt: skip
     bos = (tokenizer.bos_token_id,) if tokenizer.bos_token_id is not None else ()

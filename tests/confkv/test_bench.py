@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -179,6 +180,13 @@ def test_niah_can_match_the_baselines_to_a_recall_policy_counting_its_cold_tier(
     assert recall["mean_cold_bytes"] > 0 and fixed["mean_cold_bytes"] == 0
     token_bytes = memory.KVConfig.from_model(model).kept_bytes(1)
     assert abs(fixed["mean_kv_bytes"] - (recall["mean_kv_bytes"] + recall["mean_cold_bytes"])) <= token_bytes
+    # Both matchings from one gated run: the same budgets as the two separate runs, one label each.
+    both = niah.run_niah(model, tok, hay, dataclasses.replace(cfg, match_total=False, match_both=True), prefix=(1,))
+    rows = {c["policy"]: c for c in both["cells"]}
+    assert sorted(rows) == ["confkv-fixed", "confkv-fixed@total", "confkv-recall"]
+    assert set(both["policies"]) == set(rows) and both["matched_both"]
+    assert rows["confkv-fixed@total"]["budget"] == fixed["budget"] > rows["confkv-fixed"]["budget"]
+    assert abs(rows["confkv-fixed"]["mean_kv_bytes"] - recall["mean_kv_bytes"]) <= token_bytes
 
 
 def test_wilson_interval():
