@@ -312,7 +312,7 @@ class NiahOptions:
     match_total: bool = option(False, "match resident + cold-tier bytes (one device)")
     match_both: bool = option(False, "run each fixed baseline at resident bytes and, as <name>@total, at resident + "
                               "cold bytes, from one run of the gated policy")  # fmt: skip
-    trace: bool = option(True, "also the token-by-token confidence trace around the question (one more run)")
+    no_trace: bool = option(False, "skip the token-by-token confidence trace around the question (one more run)")
     set_: list[str] | None = option(None, "override of the gated policies, key=value", flag="--set")
     dtype: str = option("auto", kind="dtype")
     int8: bool = option(False, "the same as --dtype int8 (W8A8 Linear layers, fp32 activations)")
@@ -335,7 +335,7 @@ def run(opts: NiahOptions, progress: Progress) -> dict:
     depths = depths or ((0.0, 0.5, 1.0) if opts.quick else (0.0, 0.25, 0.5, 0.75, 1.0))
     cfg = NiahConfig(lengths=tuple(lengths), depths=tuple(depths), policies=names(opts.policies) or POLICIES,
                      needles=opts.needles, match=opts.match, match_total=opts.match_total, seed=opts.seed,
-                     match_both=opts.match_both, trace=opts.trace,
+                     match_both=opts.match_both, trace=not opts.no_trace,
                      prefill_chunk=128 if opts.quick else 512,
                      overrides={**(QUICK_OVERRIDES if opts.quick else {}), **overrides}).validate()  # fmt: skip
     bos = (tokenizer.bos_token_id,) if tokenizer.bos_token_id is not None else ()
