@@ -283,9 +283,11 @@ def forced_table_command(
     run: list[int] = typer.Option(None, "--run", help="Only these run ids (repeatable)."),
 ) -> None:
     """Trajectory-forced results as Markdown: per policy label, then per task (the tables of
-    docs/results/forced-*.md)."""
+    docs/results/forced-*.md), then the head-to-head questions (confkv vs sliding, h2o, random; gate vs gate off;
+    recall) where both labels ran."""
     from traces.fmt import terminal_safe
     from traces.forced import common_tasks, forced_markdown, forced_rows
+    from traces.forced_compare import question_lines
 
     run_ids = _ids(run, "run", db)
     with _open(db) as store:
@@ -301,7 +303,11 @@ def forced_table_command(
     if not rows:
         typer.echo(f"no finished forced episodes in {db}")
         return
-    typer.echo(forced_markdown(common_tasks(rows) if common else rows))
+    shown = common_tasks(rows) if common else rows
+    typer.echo(forced_markdown(shown))
+    heads = question_lines(shown)
+    if heads:
+        typer.echo("\n" + "\n".join(heads))
 
 
 def miniwob_command(

@@ -273,6 +273,7 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
         "decision_acc": _mean(same_action(d, s.reply) for d, s in zip(decisions, traj.steps, strict=True)),
         "mean_kv_bytes": sum(c.kv_bytes * c.tokens for c in calls) / max(1, sum(c.tokens for c in calls)),
         "peak_kv_bytes": int(session.cache.peak_kv_bytes), "full_kv_bytes": int(session.cache.full_kv_bytes()),
+        "gate_open_rate": session.cache.gate_open_rate,  # per turn for a turn gate, per forward otherwise
     }  # fmt: skip
     if greedy is not None:
         reference = task.eval.reference_answers
@@ -359,6 +360,7 @@ def run_forced(
                 store.finish_episode(episode, success=bool(result.get("answer_pass")),
                                      eval_reason=f"forced: greedy answer {result['greedy_answer']!r}",
                                      peak_kv_bytes=result["peak_kv_bytes"], full_kv_bytes=result["full_kv_bytes"],
+                                     gate_open_rate=result["gate_open_rate"],
                                      wall_s=time.monotonic() - started)  # fmt: skip
                 status = "done"
             except KeyboardInterrupt:

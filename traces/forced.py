@@ -77,7 +77,8 @@ def forced_rows(db: sqlite_utils.Database, run_ids: Iterable[int] | None = None)
         ids = list(run_ids)
         where += f" and e.run_id in ({','.join('?' * len(ids))})" if ids else " and 0"
         params += ids
-    sql = (f"select e.id as eid, e.task_id as etask, e.policy as epolicy, e.status, e.error, f.* from episodes e "
+    sql = (f"select e.id as eid, e.task_id as etask, e.policy as epolicy, e.status, e.error, e.gate_open_rate, f.* "
+           f"from episodes e "
            f"join runs r on r.id = e.run_id left join forced_results f on f.episode_id = e.id "
            f"where {where} and e.status in ('done', 'error') order by e.id")  # fmt: skip
     latest: dict[tuple[str, str], dict[str, Any]] = {}

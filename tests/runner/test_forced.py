@@ -25,6 +25,7 @@ from envs.taskspec import load_task
 from runner.forced import ForcedSpec, budget_policy, forced_specs, run_forced, same_action
 from tests.tiny_chat import tiny_chat_tokenizer
 from traces.forced import forced_rows, summarize_forced
+from traces.forced_compare import head_to_head
 from traces.store import TraceStore
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
@@ -101,8 +102,9 @@ def test_forced_decisions_agree_with_full_only_where_the_cache_keeps_the_pages(t
     model, tok = tiny
     long_task = load_task(TASKS / "shopping_015.yaml", parse_step=parse_action)
     sinks_only = get_policy("sliding", {"budget": "5", "sinks": "4", "protect": "0"})
+    turn = get_policy("confkv-turn", {"n_low": "12", "n_high": "24", "protect": "4", "int8_after": "4", "tau": "0.9"})
     specs = [ForcedSpec("full", get_policy("full"), "full"), ForcedSpec("full-again", get_policy("full"), "full"),
-             ForcedSpec("sinks", sinks_only, "sliding", 5)]  # fmt: skip
+             ForcedSpec("sinks", sinks_only, "sliding", 5), ForcedSpec("turn", turn, "confkv-turn")]  # fmt: skip
     with Sites(["shopping"], workdir=tmp_path / "sites") as sites, TraceStore(tmp_path / "t.sqlite") as store:
         run_forced([long_task], specs, model, tok, "tiny", store, sites)
         rows = forced_rows(store.db)
@@ -117,11 +119,18 @@ def test_forced_decisions_agree_with_full_only_where_the_cache_keeps_the_pages(t
         chosen = json.loads(by_policy["full"]["decision_confidences"])  # one list per step, one value per token
         assert len(chosen) == 7 and all(chosen) and all(0.0 <= c <= 1.0 for step in chosen for c in step)
         assert json.loads(by_policy["full-again"]["decision_confidences"]) == chosen
+        # The turn gate's open rate is recorded, and it is its rule applied to the decisions it was told about.
+        minima = [min(step) for step in json.loads(by_policy["turn"]["decision_confidences"])]
+        assert by_policy["turn"]["gate_open_rate"] == pytest.approx(sum(m < 0.9 for m in minima) / len(minima))
+        assert by_policy["full"]["gate_open_rate"] is None  # ungated
     summary = summarize_forced(rows)
     assert summary["full-again"].decision_agreement == 1.0 and summary["full-again"].decision_agreement_ci == (1.0, 1.0)
     assert summary["full-again"].decision_acc == summary["full"].decision_acc
     assert summary["sinks"].decision_agreement < 1.0
     assert 0.0 <= summary["sinks"].decision_acc <= 1.0
+    versus = head_to_head(rows, "full-again", "sinks")  # the head-to-head table's arithmetic on real rows
+    assert versus.tasks == 1 and versus.d_agreement == 1.0 - summary["sinks"].decision_agreement > 0
+    assert versus.verdict == "full-again agrees more" and versus.kv_ratio > 1
 
 
 @pytest.mark.parametrize("args, message", [
