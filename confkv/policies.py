@@ -9,6 +9,9 @@ opens on ~25% of forwards where tau = 0.5 opens on ~4-7%) nor the hysteresis gat
 ranker at a fixed budget of equal mean bytes (README, issue 12), so neither was made the default.
 `confkv-turn` decides once per agent turn, from the agent's own decision (`confkv.gates.turn`): an unsure reply
 keeps `n_high` of the older turns when the next observation arrives, a sure one `n_low`.
+`confkv-turn-recall` is the turn gate with recall's cold tier: without it an unsure decision can only stop
+evicting the turns to come, with it the older turns an earlier sure decision let go come back when the next
+observation arrives (chosen by that forward's query).
 `confkv-recall` adds recallable eviction: what a confident step evicts waits in a 2,048-token cold tier per layer
 (INT8, never attended), and when the gate opens the layer refills up to `n_high` with the cold tokens the current
 query scores highest, so "keep more when unsure" has something to keep.
@@ -48,6 +51,9 @@ PRESETS: dict[str, KVPolicy] = {
                                          storage=dataclasses.replace(_CONFKV.storage, cold=2048)),
     "confkv-turn": dataclasses.replace(_CONFKV, name="confkv-turn",
                                        gate=_CONFKV_GATE.with_values(gated="turn", tau=TURN_TAU)),
+    "confkv-turn-recall": dataclasses.replace(_CONFKV, name="confkv-turn-recall",
+                                              gate=_CONFKV_GATE.with_values(gated="turn", tau=TURN_TAU),
+                                              storage=dataclasses.replace(_CONFKV.storage, cold=2048)),
     "confkv-pyramid": dataclasses.replace(_CONFKV, name="confkv-pyramid",
                                           gate=_CONFKV_GATE.with_values(pyramid=True)),
     "random": dataclasses.replace(_ABLATION, name="random", ranking=RankerSpec("random")),
@@ -69,7 +75,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "fixed": ("sliding", "h2o", "confkv-fixed"),
     "ablation": ("random", "recency", "attention"),
     "ablation-reference": ("confkv-noint8",),
-    "on-request": ("confkv-recall", "confkv-paper", "confkv-turn"),
+    "on-request": ("confkv-recall", "confkv-paper", "confkv-turn", "confkv-turn-recall"),
 }
 
 

@@ -33,6 +33,7 @@ CASES = [
     ('confkv-fixed', {}, {'name': 'confkv-fixed', 'budget': 512, 'gated': False}),
     ('confkv-noint8', {}, {'name': 'confkv-noint8', 'int8_after': None}),
     ('confkv-turn', {}, {'name': 'confkv-turn', 'gated': 'turn', 'tau': 0.65}),  # added with the turn gate (issue 37)
+    ('confkv-turn-recall', {}, {'name': 'confkv-turn-recall', 'gated': 'turn', 'tau': 0.65, 'cold': 2048}),
     ('confkv', {'tau': '0.6'}, {'tau': 0.6}),
     ('confkv', {'tau': 'auto:0.75'}, {'tau_quantile': 0.75}),
     ('confkv', {'tau': 'auto'}, {'tau_quantile': 0.2}),

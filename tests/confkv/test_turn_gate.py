@@ -47,6 +47,24 @@ def test_an_unsure_decision_keeps_more_of_the_next_turn_and_the_open_rate_counts
     assert kept == {"sure": 12, "unsure": 24}
 
 
+def test_with_a_cold_tier_an_unsure_decision_brings_older_turns_back():
+    """Without a cold tier the turn gate can only stop evicting what comes next; `confkv-turn-recall` refills the
+    room an unsure decision opens with tokens a sure one let go."""
+    model, vocab = tiny_model("qwen2")
+    ids = torch.randint(0, vocab, (1, 80), generator=torch.Generator().manual_seed(33))
+    kept = {}
+    for name in ("confkv-turn", "confkv-turn-recall"):
+        session = ConfKVSession(model, get_policy(name, {**SMALL, "recall_block": "1"}))
+        session.append(ids[:, :60])  # no decision yet: n_high
+        session.cache.end_turn(0.95)  # sure: n_low, the rest of the first turn is let go
+        session.append(ids[:, 60:70])
+        session.cache.end_turn(0.05)  # unsure
+        session.append(ids[:, 70:71])  # the next turn's first token
+        kept[name] = _kept(session)
+        assert session.cache.turn_opens == 1
+    assert kept["confkv-turn"] == 13 and kept["confkv-turn-recall"] == 24  # 12 + 1 new; refilled to n_high
+
+
 @pytest.mark.parametrize("extra", [{}, {"shrink": "4"}])
 def test_gates_that_decide_per_forward_ignore_turns(extra):
     model, vocab = tiny_model("qwen2")
