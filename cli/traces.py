@@ -284,10 +284,11 @@ def forced_table_command(
 ) -> None:
     """Trajectory-forced results as Markdown: per policy label, then per task (the tables of
     docs/results/forced-*.md), then the head-to-head questions (confkv vs sliding, h2o, random; gate vs gate off;
-    recall) where both labels ran."""
+    recall) where both labels ran, then how much of each earlier turn was resident at the decisions a policy lost."""
     from traces.fmt import terminal_safe
     from traces.forced import common_tasks, forced_markdown, forced_rows
     from traces.forced_compare import question_lines
+    from traces.forced_dropped import dropped_lines
 
     run_ids = _ids(run, "run", db)
     with _open(db) as store:
@@ -308,6 +309,9 @@ def forced_table_command(
     heads = question_lines(shown)
     if heads:
         typer.echo("\n" + "\n".join(heads))
+    dropped = dropped_lines(shown)
+    if dropped:
+        typer.echo("\n" + "\n".join(dropped))
 
 
 def miniwob_command(

@@ -135,6 +135,22 @@ class ConfKVCache(Cache):
             return self.turn_opens / self.turn_decisions
         return self.gate_opens / self.gate_decisions if self.gate_decisions else None
 
+    def resident_share(self, start: int, end: int) -> float:
+        """Share of the positions in [start, end) that the layers' KV heads still hold (INT8 or not; the cold tier
+        does not count), averaged over layers and heads: 1.0 under full KV. What an evicting policy let go of one
+        span, such as an earlier page of an agent's episode."""
+        if end <= start:
+            raise ValueError(f"empty span [{start}, {end})")
+        shares = []
+        for layer in self.layers:
+            pos = layer.positions()
+            if pos.numel() == 0:
+                shares.append(0.0)
+                continue
+            inside = ((pos >= start) & (pos < end)).sum(dim=-1, dtype=torch.float32) / (end - start)
+            shares.append(float(inside.mean()))
+        return sum(shares) / len(shares) if shares else 0.0
+
     @property
     def layer_budgets(self) -> list[int] | None:
         """The per-layer budgets of the last (or forced next) eviction step; None = keep everything."""

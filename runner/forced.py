@@ -38,6 +38,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from agent.actions import Action, ActionParseError, RoleTarget, parse_action
@@ -223,13 +224,17 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
     steps: list[StepRecord] = []
     decisions: list[str] = []
     confidences: list[list[float]] = []  # per step: each decided token's choice confidence
+    turn_starts: list[int] = []  # where each step's turn (observation, then reply) begins in the cache's positions
+    resident: list[list[float]] = []  # per step: the share of each earlier turn still resident when it decides
     judged = "string_match" in task.eval.eval_types and task.eval.reference_answers is not None
     greedy = None
     for i, step in enumerate(traj.steps):
         t0 = time.perf_counter()
         written = to_labels(step.reply, step.observation.labels()) if agent.labels else step.reply
         ids = agent.open_turn(step.observation, step.last_result)
+        turn_starts.append(session.seen)
         last = session.append(ids)
+        resident.append([round(session.cache.resident_share(a, b), 4) for a, b in pairwise(turn_starts)])
         decided = agent.decision(step.observation, step.last_result)
         decision, decided_text = decided.action, decided.text
         decisions.append(decision)
@@ -270,6 +275,7 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
         "greedy_answer": greedy,
         "decisions": json.dumps(decisions),
         "decision_confidences": json.dumps(confidences),
+        "resident_shares": json.dumps(resident),
         "decision_acc": _mean(same_action(d, s.reply) for d, s in zip(decisions, traj.steps, strict=True)),
         "mean_kv_bytes": sum(c.kv_bytes * c.tokens for c in calls) / max(1, sum(c.tokens for c in calls)),
         "peak_kv_bytes": int(session.cache.peak_kv_bytes), "full_kv_bytes": int(session.cache.full_kv_bytes()),

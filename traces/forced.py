@@ -44,6 +44,7 @@ FORCED_RESULTS_COLUMNS: dict[str, type] = {
     "decisions": str,  # JSON list: the agent's greedy decision (id form) at each step, before the reference was forced
     "decision_acc": float,  # share of steps whose decision equals the reference action
     "decision_confidences": str,  # JSON: per step, the confidence of each distribution a decision token came from
+    "resident_shares": str,  # JSON: per step, the share of each earlier turn's tokens resident as it decides
     "mean_kv_bytes": float,  # token-weighted mean over model calls
     "peak_kv_bytes": int,
     "full_kv_bytes": int,

@@ -26,6 +26,7 @@ from runner.forced import ForcedSpec, budget_policy, forced_specs, run_forced, s
 from tests.tiny_chat import tiny_chat_tokenizer
 from traces.forced import forced_rows, summarize_forced
 from traces.forced_compare import head_to_head
+from traces.forced_dropped import decision_memory, dropped_lines
 from traces.store import TraceStore
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
@@ -128,6 +129,12 @@ def test_forced_decisions_agree_with_full_only_where_the_cache_keeps_the_pages(t
     assert summary["full-again"].decision_acc == summary["full"].decision_acc
     assert summary["sinks"].decision_agreement < 1.0
     assert 0.0 <= summary["sinks"].decision_acc <= 1.0
+    memory = decision_memory(rows)  # each earlier turn's resident share at each decision, beside full's decision
+    full_again = [m for m in memory if m["policy"] == "full-again"]
+    assert len(full_again) == 6 and all(m["shares"] == [1.0] * m["step"] and not m["lost"] for m in full_again)
+    sinks = [m for m in memory if m["policy"] == "sinks"]
+    assert all(m["least"] < 0.05 for m in sinks) and any(m["lost"] for m in sinks)  # the pages were gone
+    assert "| sinks |" in "\n".join(dropped_lines(rows))
     versus = head_to_head(rows, "full-again", "sinks")  # the head-to-head table's arithmetic on real rows
     assert versus.tasks == 1 and versus.d_agreement == 1.0 - summary["sinks"].decision_agreement > 0
     assert versus.verdict == "full-again agrees more" and versus.kv_ratio > 1
