@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -135,21 +135,23 @@ class ConfKVCache(Cache):
             return self.turn_opens / self.turn_decisions
         return self.gate_opens / self.gate_decisions if self.gate_decisions else None
 
-    def resident_share(self, start: int, end: int) -> float:
-        """Share of the positions in [start, end) that the layers' KV heads still hold (INT8 or not; the cold tier
-        does not count), averaged over layers and heads: 1.0 under full KV. What an evicting policy let go of one
-        span, such as an earlier page of an agent's episode."""
-        if end <= start:
-            raise ValueError(f"empty span [{start}, {end})")
-        shares = []
+    def resident_shares(self, spans: Sequence[tuple[int, int]]) -> list[float]:
+        """Per span [start, end): the share of its positions the layers' KV heads still hold (INT8 or not; the cold
+        tier does not count), averaged over layers and heads: 1.0 under full KV. What an evicting policy let go of,
+        e.g. of each earlier page of an agent's episode. Each layer's positions are gathered once for all spans."""
+        if any(end <= start for start, end in spans):
+            raise ValueError(f"empty span in {list(spans)}")
+        if not spans or not self.layers:
+            return [0.0] * len(spans)
+        totals = [0.0] * len(spans)
         for layer in self.layers:
             pos = layer.positions()
             if pos.numel() == 0:
-                shares.append(0.0)
                 continue
-            inside = ((pos >= start) & (pos < end)).sum(dim=-1, dtype=torch.float32) / (end - start)
-            shares.append(float(inside.mean()))
-        return sum(shares) / len(shares) if shares else 0.0
+            for k, (start, end) in enumerate(spans):
+                inside = ((pos >= start) & (pos < end)).sum(dim=-1, dtype=torch.float32) / (end - start)
+                totals[k] += float(inside.mean())
+        return [t / len(self.layers) for t in totals]
 
     @property
     def layer_budgets(self) -> list[int] | None:

@@ -234,7 +234,7 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
         ids = agent.open_turn(step.observation, step.last_result)
         turn_starts.append(session.seen)
         last = session.append(ids)
-        resident.append([round(session.cache.resident_share(a, b), 4) for a, b in pairwise(turn_starts)])
+        resident.append([round(x, 4) for x in session.cache.resident_shares(list(pairwise(turn_starts)))])
         decided = agent.decision(step.observation, step.last_result)
         decision, decided_text = decided.action, decided.text
         decisions.append(decision)

@@ -2,7 +2,7 @@
 
 Why: a lost decision is a symptom; the forced mode records, at every decision, the share of each earlier turn
 (observation and reply) that the layers' KV heads still held (`forced_results.resident_shares`, from
-`ConfKVCache.resident_share`). Set beside whether the decision matched `full`'s on the same trajectory, it says
+`ConfKVCache.resident_shares`). Set beside whether the decision matched `full`'s on the same trajectory, it says
 whether the decisions a policy lost were the ones made after it had dropped most of some earlier page, or whether
 they were lost with the pages still there (then eviction is not the cause: INT8, or the ranker's mass, is).
 """
