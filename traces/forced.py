@@ -194,7 +194,12 @@ def decision_agreement(row: Mapping[str, Any], base: Mapping[str, Any]) -> float
     mine, theirs = json.loads(row["decisions"]), json.loads(base["decisions"])
     if len(mine) != len(theirs) or not mine:
         return None
-    return sum(a.strip() == b.strip() for a, b in zip(mine, theirs, strict=True)) / len(mine)
+    return sum(same_decision(a, b) for a, b in zip(mine, theirs, strict=True)) / len(mine)
+
+
+def same_decision(a: str, b: str) -> bool:
+    """Two recorded decisions of the same step agree (grammar-constrained id-form text: equal up to spacing)."""
+    return a.strip() == b.strip()
 
 
 def forced_json(summary: Mapping[str, ForcedPolicySummary]) -> dict[str, Any]:

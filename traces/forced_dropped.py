@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
-from traces.forced import BASELINE
+from traces.forced import BASELINE, same_decision
 
 
 def decision_memory(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -33,7 +33,7 @@ def decision_memory(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             if not shares or step >= len(mine) or step >= len(theirs):
                 continue
             out.append({"policy": r["policy"], "task_id": r["task_id"], "step": step,
-                        "lost": mine[step].strip() != theirs[step].strip(), "decided": mine[step],
+                        "lost": not same_decision(mine[step], theirs[step]), "decided": mine[step],
                         "full_decided": theirs[step], "shares": shares, "least": min(shares)})  # fmt: skip
     return out
 
