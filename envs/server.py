@@ -174,6 +174,18 @@ def expand_url(text: str, urls: dict[str, str]) -> str:
     return out
 
 
+def canonical_origins(text: str, urls: dict[str, str]) -> str:
+    """`text` with each running site's origin (an ephemeral port) replaced by its canonical one (`SiteSpec.
+    canonical_origin`): two processes replaying one trajectory then feed the model the same tokens, so their scores
+    pair. `urls` is `Sites.urls` (placeholder -> running base URL)."""
+    by_placeholder = {spec.placeholder: spec.canonical_origin for spec in SITES.values()}
+    out = text
+    for placeholder, base in urls.items():
+        if placeholder in by_placeholder:
+            out = re.sub(re.escape(base.rstrip("/")) + r"(?!\d)", by_placeholder[placeholder], out)
+    return out
+
+
 class LoginError(RuntimeError):
     """Signing in through a site's /login form did not work."""
 

@@ -25,6 +25,11 @@ class SiteSpec:
     name: str
     placeholder: str
     package: str
+    canonical_port: int  # WebArena's port for the site's kind: where a replay shows the site, whatever port it runs on
+
+    @property
+    def canonical_origin(self) -> str:
+        return f"http://127.0.0.1:{self.canonical_port}"
 
     def _module(self, part: str) -> ModuleType:
         try:
@@ -57,9 +62,9 @@ class SiteUnavailableError(RuntimeError):
 
 
 SITES: dict[str, SiteSpec] = {
-    "shopping": SiteSpec("shopping", "__SHOPPING__", "envs.shopping"),
-    "classifieds": SiteSpec("classifieds", "__CLASSIFIEDS__", "envs.classifieds"),
-    "forum": SiteSpec("forum", "__FORUM__", "envs.forum"),
+    "shopping": SiteSpec("shopping", "__SHOPPING__", "envs.shopping", 7770),
+    "classifieds": SiteSpec("classifieds", "__CLASSIFIEDS__", "envs.classifieds", 9980),
+    "forum": SiteSpec("forum", "__FORUM__", "envs.forum", 9999),
 }
 
 

@@ -149,6 +149,7 @@ def agent_form(action: Action, observation: Observation) -> Action:
 def record_trajectory(task: Task, sites: Any, browser: Any) -> Trajectory:
     """Reset the task's sites, clear the browser, replay the reference solution; raises `BrokenTrajectory`."""
     from envs.evaluators import evaluate
+    from envs.server import canonical_origins
     from runner.episode import _with_sites
     from runner.episode_tasks import SiteTask
     from runner.executor import execute
@@ -169,7 +170,9 @@ def record_trajectory(task: Task, sites: Any, browser: Any) -> Trajectory:
             raise BrokenTrajectory(f"step {i + 1} {text!r} failed: {exc}") from None
         if not result.ok:
             raise BrokenTrajectory(f"step {i + 1} {text!r} failed: {result.error}")
-        out.steps.append(RefStep(obs, last_result, action))
+        shown = dataclasses.replace(obs, url=canonical_origins(obs.url, sites.urls),
+                                    text=canonical_origins(obs.text, sites.urls))  # fmt: skip
+        out.steps.append(RefStep(shown, last_result, action))
         last_result = f"OK: {action.to_text()}"
         if result.done:
             out.answer = result.answer

@@ -10,7 +10,9 @@ own weakness cancels.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from statistics import fmean
@@ -91,7 +93,41 @@ def forced_rows(db: sqlite_utils.Database, run_ids: Iterable[int] | None = None)
             if key not in latest or latest[key]["broken"]:
                 latest[key] = {"policy": row["epolicy"], "task_id": row["etask"],
                                "broken": row["error"][len(BROKEN_PREFIX):]}  # fmt: skip
-    return list(latest.values())
+    rows = list(latest.values())
+    keys = _trajectory_keys(db, [r["episode_id"] for r in rows if not r["broken"]])
+    for r in rows:
+        if not r["broken"]:
+            r["trajectory_key"] = keys.get(r["episode_id"])
+    return rows
+
+
+_ORIGIN = re.compile(r"http://127\.0\.0\.1:\d+")
+
+
+def _trajectory_keys(db: sqlite_utils.Database, episode_ids: Sequence[int]) -> dict[int, str]:
+    """Per forced episode, a hash of its steps' observation and forced action text with every site origin written
+    as one placeholder. Rows recorded before the replay showed canonical origins (2026-12-06) carry the port their
+    process's sites ran on, so their `trajectory_sha` differs between processes although the trajectory is the
+    same; this key pairs them (their inputs then differ only in the port's digits on each URL line)."""
+    if not episode_ids or "steps" not in db.table_names():
+        return {}
+    digests: dict[int, Any] = {}
+    for lo in range(0, len(episode_ids), 500):
+        chunk = list(episode_ids[lo:lo + 500])
+        sql = (f"select episode_id, observation, action from steps where episode_id in ({','.join('?' * len(chunk))}) "
+               f"order by episode_id, step")  # fmt: skip
+        for eid, observation, action in db.execute(sql, chunk).fetchall():
+            text = _ORIGIN.sub("http://127.0.0.1:PORT", f"{observation}\x00{action}\x00")
+            digests.setdefault(eid, hashlib.sha256()).update(text.encode())
+    return {eid: d.hexdigest()[:16] for eid, d in digests.items()}
+
+
+def same_trajectory(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two forced rows replayed the same trajectory, so their scores pair: the same tokens fed
+    (`trajectory_sha`), or, where both rows carry it, the same step text up to the sites' ports."""
+    if a.get("trajectory_key") and b.get("trajectory_key"):
+        return a["trajectory_key"] == b["trajectory_key"]
+    return a.get("trajectory_sha") is not None and a.get("trajectory_sha") == b.get("trajectory_sha")
 
 
 @dataclass(frozen=True)
@@ -152,7 +188,7 @@ def summarize_forced(rows: Sequence[Mapping[str, Any]]) -> dict[str, ForcedPolic
         mine = [r for r in rows if r["policy"] == label]
         ok = [r for r in mine if not r["broken"]]
         pairs = [(r, base[r["task_id"]]) for r in ok
-                 if r["task_id"] in base and base[r["task_id"]]["trajectory_sha"] == r["trajectory_sha"]]  # fmt: skip
+                 if r["task_id"] in base and same_trajectory(base[r["task_id"]], r)]  # fmt: skip
 
         def deltas(key: str, span: str | None = None, pairs: list = pairs) -> list[float]:
             return [r[key] - b[key] for r, b in pairs

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from traces.forced import BASELINE, decision_agreement, with_ci
+from traces.forced import BASELINE, decision_agreement, same_trajectory, with_ci
 from traces.paired import bootstrap_ci
 
 # (challenger, reference) by preset name; each is asked at every budget both ran at.
@@ -66,10 +66,10 @@ def head_to_head(rows: Sequence[Mapping[str, Any]], a: str, b: str) -> HeadToHea
     by = {(r["policy"], r["task_id"]): r for r in rows if not r["broken"]}
     tasks = sorted({t for (p, t) in by if p == a} & {t for (p, t) in by if p == b})
     pairs = [(by[(a, t)], by[(b, t)], by.get((BASELINE, t))) for t in tasks
-             if by[(a, t)]["trajectory_sha"] == by[(b, t)]["trajectory_sha"]]  # fmt: skip
+             if same_trajectory(by[(a, t)], by[(b, t)])]  # fmt: skip
     agree, dacc, dnll = [], [], []
     for ra, rb, full in pairs:
-        if full is not None and full["trajectory_sha"] == ra["trajectory_sha"]:
+        if full is not None and same_trajectory(full, ra):
             xa, xb = decision_agreement(ra, full), decision_agreement(rb, full)
             if xa is not None and xb is not None:
                 agree.append(xa - xb)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
-from traces.forced import BASELINE, same_decision
+from traces.forced import BASELINE, same_decision, same_trajectory
 
 
 def decision_memory(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -26,7 +26,7 @@ def decision_memory(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         full = base.get(r["task_id"])
         if r["policy"] == BASELINE or r["broken"] or full is None or not r.get("resident_shares"):
             continue
-        if full["trajectory_sha"] != r["trajectory_sha"] or not r.get("decisions") or not full.get("decisions"):
+        if not same_trajectory(full, r) or not r.get("decisions") or not full.get("decisions"):
             continue
         mine, theirs = json.loads(r["decisions"]), json.loads(full["decisions"])
         for step, shares in enumerate(json.loads(r["resident_shares"])):

@@ -15,7 +15,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from traces.forced import BASELINE, common_tasks, decision_agreement
+from traces.forced import BASELINE, common_tasks, decision_agreement, same_trajectory
 from traces.plots import policy_colors, save_figure
 
 SPANS = ("long", "short")
@@ -24,7 +24,7 @@ SPANS = ("long", "short")
 def _paired(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
     base = {r["task_id"]: r for r in rows if r["policy"] == BASELINE and not r["broken"]}
     return [(r, base[r["task_id"]]) for r in rows if not r["broken"] and r["task_id"] in base
-            and base[r["task_id"]]["trajectory_sha"] == r["trajectory_sha"]]  # fmt: skip
+            and same_trajectory(base[r["task_id"]], r)]  # fmt: skip
 
 
 def frontier_points(rows: Sequence[Mapping[str, Any]], metric: str, span: str) -> dict[str, list[tuple[float, float]]]:

@@ -79,7 +79,11 @@ def test_forced_mode_end_to_end(tiny, tmp_path):
         assert by_policy["full"]["answer_tokens"] == len(tok("Maplewood Insulated Bike Helmet, $154.00").input_ids)
         assert by_policy["full"]["greedy_answer"] is not None and by_policy["full"]["steps"] == 7
         episode = by_policy["full"]["episode_id"]
-        assert [s["action"] for s in store.steps(episode)][0].startswith("click [")  # ids, as the agent writes
+        recorded = store.steps(episode)
+        assert recorded[0]["action"].startswith("click [")  # ids, as the agent writes
+        # the model saw the site at its canonical origin, not the port this process's server took
+        assert all(s["url"].startswith("http://127.0.0.1:7770/") for s in recorded)
+        assert sites.url("shopping") not in recorded[0]["observation"]
         assert store.summary().policies == {}  # forced runs stay out of the free-running table
         seen.clear()
         run_forced([long_task], specs, model, tok, "tiny", store, sites, on_result=seen.append)

@@ -44,3 +44,45 @@ def test_agreement_compares_decisions_step_by_step_with_full():
     assert s.decision_acc == pytest.approx((1 / 3 + 0 + 1) / 3)  # accuracy needs no pair
     lo, hi = s.decision_agreement_ci
     assert lo == 0.0 and hi == pytest.approx(2 / 3)
+
+
+def _forced_episode(store, run: int, sha: str, urls: list[str], decisions: list[str]) -> None:
+    """One forced episode as `runner.forced` records it: its steps (observation text) and its result row."""
+    from traces.forced import record_forced
+
+    episode = store.start_episode(run, "7")
+    for i, url in enumerate(urls):
+        store.add_step(episode, step=i, url=url, observation=f"Tabs: [0] 'Home' (current)\nURL: {url}\n[1] link 'x'",
+                       action=decisions[i])  # fmt: skip
+    result = {**_row("7", store.run(run)["policy"], decisions, 0.5, sha=sha), "steps": len(urls)}
+    record_forced(store, episode, {k: v for k, v in result.items() if k != "broken"}, [])
+    store.finish_episode(episode, success=True, peak_kv_bytes=10, full_kv_bytes=20)
+
+
+def test_rows_from_processes_whose_sites_ran_on_other_ports_pair_and_other_trajectories_do_not(tmp_path):
+    """Before the replay showed canonical origins, each process's observations carried its own ephemeral port,
+    so the token hash differed; the step text with origins normalized still pairs them."""
+    from traces.forced import forced_rows
+    from traces.store import TraceStore
+
+    with TraceStore(tmp_path / "f.sqlite") as store:
+        runs = {p: store.start_run("tiny", p, {"name": p}, mode="forced", git_revision=None, machine=None)
+                for p in ("full", "sliding", "h2o")}  # fmt: skip
+        _forced_episode(store, runs["full"], "a", ["http://127.0.0.1:41799/", "http://127.0.0.1:41799/p/2"],
+                        ["click [1]", "stop [x]"])  # fmt: skip
+        _forced_episode(store, runs["sliding"], "b", ["http://127.0.0.1:38211/", "http://127.0.0.1:38211/p/2"],
+                        ["click [1]", "stop [x]"])  # fmt: skip
+        _forced_episode(store, runs["h2o"], "c", ["http://127.0.0.1:38211/", "http://127.0.0.1:38211/p/3"],
+                        ["click [1]", "stop [x]"])  # another page at step 2: another trajectory  # fmt: skip
+        rows = forced_rows(store.db)
+    summary = summarize_forced(rows)
+    assert summary["sliding"].paired == 1 and summary["h2o"].paired == 0
+
+
+def test_the_replay_shows_each_site_at_its_canonical_origin_whatever_port_it_runs_on():
+    from envs.server import canonical_origins
+
+    urls = {"__SHOPPING__": "http://127.0.0.1:41799", "__FORUM__": "http://127.0.0.1:4179/"}
+    text = "URL: http://127.0.0.1:41799/p/2 and http://127.0.0.1:4179/f/1 and http://127.0.0.1:417990/"
+    assert canonical_origins(text, urls) == (
+        "URL: http://127.0.0.1:7770/p/2 and http://127.0.0.1:9999/f/1 and http://127.0.0.1:417990/")
