@@ -66,6 +66,17 @@ BASELINES: dict[str, KVPolicy] = {
                                         gate=_CONFKV_GATE.with_values(gated="fixed", budget=512)),
     "confkv-noint8": dataclasses.replace(_ABLATION, name="confkv-noint8"),
 }
+# The fixed-budget baselines with confkv's storage (INT8 past its 64-token window): at one footprint in bytes they
+# differ from `confkv-fixed` only in the ranker and protection. The plain ones keep every token in the model dtype,
+# the pinned prompt included, so on an agent whose 2K-token system prompt is never evicted they cannot be brought
+# down to confkv's bytes by any budget; these can.
+_INT8 = Storage(int8_after=64)
+BASELINES.update({
+    f"{name}-int8": dataclasses.replace(base, name=f"{name}-int8", storage=_INT8,
+                                        gate=Gate(gated="fixed", budget=512))
+    for name, base in (("sliding", PRESETS["sliding"]), ("h2o", PRESETS["h2o"]),
+                       ("random", dataclasses.replace(PRESETS["random"], protection=_CONFKV.protection)))
+})  # fmt: skip
 
 # Which registered policies fill each slot of the quality benchmarks (confkv.bench): "main" is their default set,
 # "fixed" the fixed-budget baselines byte-matched to the gated policy, "ablation" the rankers that replay the budget

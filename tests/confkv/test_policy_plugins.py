@@ -202,12 +202,12 @@ def test_a_ranker_key_must_not_clash_with_a_policy_key(monkeypatch: pytest.Monke
 
 
 def test_a_preset_is_one_registry_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    mine = KVPolicy("h2o-int8", Gate(budget=64), RankerSpec("h2o"), Protection(sinks=2, protect=8),
+    mine = KVPolicy("h2o-small", Gate(budget=64), RankerSpec("h2o"), Protection(sinks=2, protect=8),
                     Storage(int8_after=8))
-    monkeypatch.setitem(PRESETS, "h2o-int8", mine)  # the registry line
-    assert "h2o-int8" in policy_names() and get_policy("h2o-int8") == mine
-    policy = get_policy("h2o-int8", {**SMALL, "budget": "16", "int8_after": "4"})
-    assert (policy.name, policy.budget, policy.int8_after, policy.ranker) == ("h2o-int8", 16, 4, "h2o")
+    monkeypatch.setitem(PRESETS, "h2o-small", mine)  # the registry line
+    assert "h2o-small" in policy_names() and get_policy("h2o-small") == mine
+    policy = get_policy("h2o-small", {**SMALL, "budget": "16", "int8_after": "4"})
+    assert (policy.name, policy.budget, policy.int8_after, policy.ranker) == ("h2o-small", 16, 4, "h2o")
     model, vocab = tiny_model("qwen2")
     session = ConfKVSession(model, policy)
     session.append(torch.randint(0, vocab, (1, 40), generator=torch.Generator().manual_seed(22)))
@@ -218,7 +218,7 @@ def test_a_preset_is_one_registry_line(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_benchmark_baselines_are_registered_and_roles_name_registered_policies() -> None:
     from confkv.bench import common, niah, ppl
 
-    assert set(BASELINES) == {"confkv-fixed", "confkv-noint8"}
+    assert set(BASELINES) == {"confkv-fixed", "confkv-noint8", "sliding-int8", "h2o-int8", "random-int8"}
     assert all(name in registered() for names in ROLES.values() for name in names)
     assert common.FIXED_BASELINES == policy_names("fixed") and niah.POLICIES == ppl.MAIN == policy_names("main")
     assert policy_names("ablation-reference") == (ppl.NOINT8,)

@@ -49,6 +49,12 @@ def test_budgets_are_matched_in_bytes(tiny):
     assert budget_policy(get_policy("sliding"), 256, model).budget == 256  # no INT8: tokens = budget
     h2o = budget_policy(get_policy("h2o"), 128, model)  # the preset's 256-token window would not fit
     assert h2o.budget == 128 and h2o.protect < 128
+    # with confkv's storage a fixed baseline holds exactly confkv-fixed's tokens, INT8 window and all
+    fixed = budget_policy(get_policy("confkv-fixed"), 256, model)
+    for name in ("sliding-int8", "h2o-int8", "random-int8"):
+        mine = budget_policy(get_policy(name), 256, model)
+        assert (mine.budget, mine.int8_after, mine.gated) == (fixed.budget, fixed.int8_after, False)
+    assert fixed.budget > 256  # INT8 tokens past the window: more tokens than the model-dtype budget
     labels = [s.label for s in forced_specs({"full": get_policy("full"), "sliding": get_policy("sliding")}, [128, 256],
                                             model)]  # fmt: skip
     assert labels == ["full", "sliding@128", "sliding@256"]
