@@ -89,7 +89,11 @@ def _built() -> Any | None:
         pass
     from torch.utils.cpp_extension import _get_build_directory
 
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES + HEADERS) + cpu_flags().encode() + " ".join(FLAGS).encode()).hexdigest()[:12]
+    # The checkout's path is part of the name: ninja's build file names the sources by path, so two checkouts (a
+    # worktree running an eval beside the main one running tests) sharing one build directory rebuilt it in turn
+    # and each waited on the other's build lock.
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES + HEADERS) + cpu_flags().encode()
+                            + " ".join(FLAGS).encode() + str(SOURCES[0].resolve().parent).encode()).hexdigest()[:12]
     name = f"confkv_cpu_decode_{digest}"
     try:
         build = Path(_get_build_directory(name, verbose=False))
