@@ -36,6 +36,9 @@ QUESTIONS: tuple[tuple[str, str], ...] = (
 )
 
 
+MIN_TASKS = 5  # paired tasks before a verdict is printed
+
+
 @dataclass(frozen=True)
 class HeadToHead:
     a: str
@@ -53,9 +56,12 @@ class HeadToHead:
 
     @property
     def verdict(self) -> str:
-        """Which keeps more of full's decisions, only where the paired interval excludes zero."""
+        """Which keeps more of full's decisions, only where the paired interval excludes zero over enough tasks (a
+        bootstrap over one or two tasks gives an interval of zero width that excludes zero on any difference)."""
         if self.d_agreement_ci is None:
             return "no paired tasks"
+        if self.tasks < MIN_TASKS:
+            return f"too few tasks ({self.tasks} < {MIN_TASKS})"
         lo, hi = self.d_agreement_ci
         if lo > 0:
             return f"{self.a} agrees more"
