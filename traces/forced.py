@@ -122,6 +122,14 @@ def _trajectory_keys(db: sqlite_utils.Database, episode_ids: Sequence[int]) -> d
     return {eid: d.hexdigest()[:16] for eid, d in digests.items()}
 
 
+def paired_with_full(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    """(row, `full`'s row of its task) for every unbroken row replayed on the same trajectory as that `full` row
+    (`full`'s own rows included, paired with themselves): the pairs every delta and agreement is taken over."""
+    base = {r["task_id"]: r for r in rows if r["policy"] == BASELINE and not r["broken"]}
+    return [(r, base[r["task_id"]]) for r in rows
+            if not r["broken"] and r["task_id"] in base and same_trajectory(base[r["task_id"]], r)]  # fmt: skip
+
+
 def same_trajectory(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Whether two forced rows replayed the same trajectory, so their scores pair: the same tokens fed
     (`trajectory_sha`), or, where both rows carry it, the same step text up to the sites' ports."""
@@ -181,14 +189,13 @@ def common_tasks(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 def summarize_forced(rows: Sequence[Mapping[str, Any]]) -> dict[str, ForcedPolicySummary]:
     """Per policy label, baseline first: scores and deltas vs `full` on the same task and trajectory."""
-    base = {r["task_id"]: r for r in rows if r["policy"] == BASELINE and not r["broken"]}
+    all_pairs = paired_with_full(rows)
     out: dict[str, ForcedPolicySummary] = {}
     labels = sorted({r["policy"] for r in rows}, key=lambda p: (p != BASELINE, p))
     for label in labels:
         mine = [r for r in rows if r["policy"] == label]
         ok = [r for r in mine if not r["broken"]]
-        pairs = [(r, base[r["task_id"]]) for r in ok
-                 if r["task_id"] in base and same_trajectory(base[r["task_id"]], r)]  # fmt: skip
+        pairs = [(r, b) for r, b in all_pairs if r["policy"] == label]
 
         def deltas(key: str, span: str | None = None, pairs: list = pairs) -> list[float]:
             return [r[key] - b[key] for r, b in pairs

@@ -14,19 +14,15 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
-from traces.forced import BASELINE, same_decision, same_trajectory
+from traces.forced import BASELINE, paired_with_full, same_decision
 
 
 def decision_memory(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One record per (label, task, step) with an earlier turn: whether the decision matched `full`'s and the
     resident share of each earlier turn at that moment. Rows without shares (older runs) give none."""
-    base = {r["task_id"]: r for r in rows if r["policy"] == BASELINE and not r["broken"]}
     out = []
-    for r in rows:
-        full = base.get(r["task_id"])
-        if r["policy"] == BASELINE or r["broken"] or full is None or not r.get("resident_shares"):
-            continue
-        if not same_trajectory(full, r) or not r.get("decisions") or not full.get("decisions"):
+    for r, full in paired_with_full(rows):
+        if r["policy"] == BASELINE or not r.get("resident_shares") or not r.get("decisions") or not full.get("decisions"):
             continue
         mine, theirs = json.loads(r["decisions"]), json.loads(full["decisions"])
         for step, shares in enumerate(json.loads(r["resident_shares"])):

@@ -15,23 +15,17 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from traces.forced import BASELINE, common_tasks, decision_agreement, same_trajectory
+from traces.forced import common_tasks, decision_agreement, paired_with_full
 from traces.plots import policy_colors, save_figure
 
 SPANS = ("long", "short")
-
-
-def _paired(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
-    base = {r["task_id"]: r for r in rows if r["policy"] == BASELINE and not r["broken"]}
-    return [(r, base[r["task_id"]]) for r in rows if not r["broken"] and r["task_id"] in base
-            and same_trajectory(base[r["task_id"]], r)]  # fmt: skip
 
 
 def frontier_points(rows: Sequence[Mapping[str, Any]], metric: str, span: str) -> dict[str, list[tuple[float, float]]]:
     """base policy -> sorted (mean KV vs full, mean metric) points, one per label; `metric` is `agreement` (decision
     agreement with full) or `answer_dnll` (answer NLL minus full's)."""
     by_label: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
-    for r, b in _paired(common_tasks(rows)):
+    for r, b in paired_with_full(common_tasks(rows)):
         if r["memory_span"] != span or not b["mean_kv_bytes"]:
             continue
         if metric == "agreement":
