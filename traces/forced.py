@@ -20,6 +20,7 @@ from typing import Any
 
 import sqlite_utils
 
+from envs.sites import SITES
 from traces.paired import bootstrap_ci
 
 BASELINE = "full"
@@ -97,29 +98,46 @@ def forced_rows(db: sqlite_utils.Database, run_ids: Iterable[int] | None = None)
     keys = _trajectory_keys(db, [r["episode_id"] for r in rows if not r["broken"]])
     for r in rows:
         if not r["broken"]:
-            r["trajectory_key"] = keys.get(r["episode_id"])
+            r["trajectory_key"], r["trajectory_canonical"] = keys.get(r["episode_id"], (None, False))
     return rows
 
 
 _ORIGIN = re.compile(r"http://127\.0\.0\.1:\d+")
 
 
-def _trajectory_keys(db: sqlite_utils.Database, episode_ids: Sequence[int]) -> dict[int, str]:
-    """Per forced episode, a hash of its steps' observation and forced action text with every site origin written
-    as one placeholder. Rows recorded before the replay showed canonical origins (2026-12-06) carry the port their
-    process's sites ran on, so their `trajectory_sha` differs between processes although the trajectory is the
-    same; this key pairs them (their inputs then differ only in the port's digits on each URL line)."""
+def _trajectory_keys(db: sqlite_utils.Database, episode_ids: Sequence[int]) -> dict[int, tuple[str, bool]]:
+    """Per forced episode, (a hash of its steps' observation and forced action text with every site origin written
+    as one placeholder, whether every origin in that text was a canonical one). Rows recorded before the replay
+    showed canonical origins (2026-12-06) carry the port their process's sites ran on, so their `trajectory_sha`
+    differs between processes although the trajectory is the same; the key pairs them (their inputs then differ
+    only in the port's digits on each URL line). Rows recorded since are paired by `trajectory_sha` alone
+    (`same_trajectory`), which also covers the prompt the key does not see."""
     if not episode_ids or "steps" not in db.table_names():
         return {}
+    canonical = {spec.canonical_origin for spec in SITES.values()}
     digests: dict[int, Any] = {}
+    ephemeral: set[int] = set()
     for lo in range(0, len(episode_ids), 500):
         chunk = list(episode_ids[lo:lo + 500])
         sql = (f"select episode_id, observation, action from steps where episode_id in ({','.join('?' * len(chunk))}) "
                f"order by episode_id, step")  # fmt: skip
         for eid, observation, action in db.execute(sql, chunk).fetchall():
-            text = _ORIGIN.sub("http://127.0.0.1:PORT", f"{observation}\x00{action}\x00")
-            digests.setdefault(eid, hashlib.sha256()).update(text.encode())
-    return {eid: d.hexdigest()[:16] for eid, d in digests.items()}
+            text = f"{observation}\x00{action}\x00"
+            if any(origin not in canonical for origin in _ORIGIN.findall(text)):
+                ephemeral.add(eid)
+            digests.setdefault(eid, hashlib.sha256()).update(_ORIGIN.sub("http://127.0.0.1:PORT", text).encode())
+    return {eid: (d.hexdigest()[:16], eid not in ephemeral) for eid, d in digests.items()}
+
+
+def same_trajectory(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two forced rows replayed the same trajectory, so their scores pair: the same tokens fed
+    (`trajectory_sha`); where either row was recorded with its process's ephemeral ports (before 2026-12-06),
+    the same step text up to the sites' ports."""
+    if a.get("trajectory_sha") is not None and a.get("trajectory_sha") == b.get("trajectory_sha"):
+        return True
+    if a.get("trajectory_canonical") and b.get("trajectory_canonical"):
+        return False  # both fed canonical origins: a different hash is a different input (prompt, text)
+    return bool(a.get("trajectory_key")) and a.get("trajectory_key") == b.get("trajectory_key")
 
 
 def paired_with_full(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
@@ -128,14 +146,6 @@ def paired_with_full(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[st
     base = {r["task_id"]: r for r in rows if r["policy"] == BASELINE and not r["broken"]}
     return [(r, base[r["task_id"]]) for r in rows
             if not r["broken"] and r["task_id"] in base and same_trajectory(base[r["task_id"]], r)]  # fmt: skip
-
-
-def same_trajectory(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Whether two forced rows replayed the same trajectory, so their scores pair: the same tokens fed
-    (`trajectory_sha`), or, where both rows carry it, the same step text up to the sites' ports."""
-    if a.get("trajectory_key") and b.get("trajectory_key"):
-        return a["trajectory_key"] == b["trajectory_key"]
-    return a.get("trajectory_sha") is not None and a.get("trajectory_sha") == b.get("trajectory_sha")
 
 
 @dataclass(frozen=True)

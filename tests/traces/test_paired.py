@@ -79,6 +79,26 @@ def test_rows_from_processes_whose_sites_ran_on_other_ports_pair_and_other_traje
     assert summary["sliding"].paired == 1 and summary["h2o"].paired == 0
 
 
+def test_rows_that_fed_canonical_origins_pair_by_their_token_hash_alone(tmp_path):
+    """Since the replay shows canonical origins, the same step text with a different token hash means another
+    input (a prompt or agent version the step text does not show): such rows must not pair."""
+    from traces.forced import forced_rows
+    from traces.store import TraceStore
+
+    urls = ["http://127.0.0.1:7770/", "http://127.0.0.1:7770/p/2"]
+    with TraceStore(tmp_path / "f.sqlite") as store:
+        runs = {p: store.start_run("tiny", p, {"name": p}, mode="forced", git_revision=None, machine=None)
+                for p in ("full", "sliding", "h2o", "random")}  # fmt: skip
+        _forced_episode(store, runs["full"], "a", urls, ["click [1]", "stop [x]"])
+        _forced_episode(store, runs["sliding"], "a", urls, ["click [1]", "stop [x]"])
+        _forced_episode(store, runs["h2o"], "other-prompt", urls, ["click [1]", "stop [x]"])
+        _forced_episode(store, runs["random"], "old", ["http://127.0.0.1:38211/", "http://127.0.0.1:38211/p/2"],
+                        ["click [1]", "stop [x]"])  # recorded before the fix: pairs by text  # fmt: skip
+        rows = forced_rows(store.db)
+    summary = summarize_forced(rows)
+    assert summary["sliding"].paired == 1 and summary["h2o"].paired == 0 and summary["random"].paired == 1
+
+
 def test_the_replay_shows_each_site_at_its_canonical_origin_whatever_port_it_runs_on():
     from envs.server import canonical_origins
 
