@@ -281,6 +281,9 @@ def forced_table_command(
     common: bool = typer.Option(False, "--common", help="Only the tasks every kept label finished unbroken, so "
                                 "absolute figures (NLL, KV MiB) average the same tasks."),
     run: list[int] = typer.Option(None, "--run", help="Only these run ids (repeatable)."),
+    tasks: str | None = typer.Option(None, "--tasks", help="Only these task ids, comma-separated."),
+    exclude_tasks: str | None = typer.Option(None, "--exclude-tasks", help="Leave out these task ids, comma-separated "
+                                             "(e.g. the tasks a threshold was read off: a held-out comparison)."),
 ) -> None:
     """Trajectory-forced results as Markdown: per policy label, then per task (the tables of
     docs/results/forced-*.md), then the head-to-head questions (confkv vs sliding, h2o, random; gate vs gate off;
@@ -301,6 +304,14 @@ def forced_table_command(
             raise _fail(f"no forced results for policy {_label(missing[0] if missing else policies)} in {db}; "
                         f"it has: {terminal_safe(', '.join(sorted(have))) or 'none'}")  # fmt: skip
         rows = [r for r in rows if r["policy"] in keep]
+    only, left_out = _task_ids(tasks), _task_ids(exclude_tasks)
+    if only is not None or left_out is not None:
+        have_tasks = {str(r["task_id"]) for r in rows}
+        unknown = sorted((only or set()) - have_tasks)
+        if unknown:
+            raise _fail(f"no forced results for task {terminal_safe(unknown[0])} in {db}")
+        rows = [r for r in rows if (only is None or str(r["task_id"]) in only)
+                and (left_out is None or str(r["task_id"]) not in left_out)]  # fmt: skip
     if not rows:
         typer.echo(f"no finished forced episodes in {db}")
         return
@@ -312,6 +323,10 @@ def forced_table_command(
     dropped = dropped_lines(shown)
     if dropped:
         typer.echo("\n" + "\n".join(dropped))
+
+
+def _task_ids(text: str | None) -> set[str] | None:
+    return None if text is None else {t.strip() for t in text.split(",") if t.strip()}
 
 
 def miniwob_command(

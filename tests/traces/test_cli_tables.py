@@ -92,6 +92,19 @@ def test_forced_table_keeps_the_chosen_labels_and_the_common_tasks(forced_db: Pa
     assert "no forced results for policy 'h2o'" in result.output and "confkv, full, sliding" in result.output
 
 
+def test_forced_table_keeps_or_leaves_out_the_named_tasks(forced_db: Path) -> None:
+    """A held-out comparison: leave out the tasks a threshold was read off, or keep only some."""
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db), "--exclude-tasks", "1,3"])
+    assert result.exit_code == 0, result.output
+    assert {k[0] for k in _table(result.output, "task")} == {"2"}
+    assert _table(result.output, "policy")[("confkv",)][1:6] == ["1", "0", "-", "+0.250", "+0.200"]
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db), "--tasks", "1"])
+    assert result.exit_code == 0, result.output
+    assert {k[0] for k in _table(result.output, "task")} == {"1"}
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db), "--tasks", "1,99"])
+    assert result.exit_code == 1 and "no forced results for task 99" in result.output
+
+
 def test_forced_table_cells_stay_data(forced_db: Path) -> None:
     result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db)])
     assert result.exit_code == 0, result.output
