@@ -355,7 +355,7 @@ def run_forced(
             if not isinstance(exc, Exception):
                 raise
             continue
-        for spec, episode in claimed:
+        for i, (spec, episode) in enumerate(claimed):
             started = time.monotonic()
             agent = ModelAgent(model, tokenizer, spec.policy, model_name=model_name,
                                constrained=settings.get("constrained", True),
@@ -373,7 +373,8 @@ def run_forced(
                                      wall_s=time.monotonic() - started)  # fmt: skip
                 status = "done"
             except KeyboardInterrupt:
-                store.fail_episode(episode, "interrupted (Ctrl-C or SIGTERM)")
+                for _, left in claimed[i:]:  # the task's later claims too: they are pending again at once
+                    store.fail_episode(left, "interrupted (Ctrl-C or SIGTERM)")
                 raise
             except Exception as exc:  # a model or store error in one policy must not lose the others
                 store.fail_episode(episode, exc)
