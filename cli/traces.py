@@ -1,4 +1,4 @@
-"""`confkv-agent traces ls|summary|breakdown|compare|browse|forced-table|miniwob|confidence`, `confkv-agent replay` and `confkv-agent report`: read the trace database.
+"""`confkv-agent traces ls|summary|breakdown|compare|browse|forced-table|miniwob|confidence|retention`, `confkv-agent replay` and `confkv-agent report`: read the trace database.
 
 These commands only read, so they never create a database: a missing or foreign file is a one-line error.
 sqlite-utils, rich rendering and matplotlib are imported inside the commands to keep `--help` fast.
@@ -363,6 +363,7 @@ def miniwob_command(
 def register(app: typer.Typer) -> None:
     """Add the `traces` group, `replay` and `report` to the root app."""
     from cli.traces_confidence import confidence_command
+    from cli.traces_retention import retention_command
 
     traces_app = typer.Typer(help="Inspect recorded episodes.", no_args_is_help=True)
     traces_app.command("ls")(ls_command)
@@ -373,6 +374,7 @@ def register(app: typer.Typer) -> None:
     traces_app.command("forced-table")(forced_table_command)
     traces_app.command("miniwob")(miniwob_command)
     traces_app.command("confidence")(confidence_command)
+    traces_app.command("retention")(retention_command)
     app.add_typer(traces_app, name="traces")
     app.command("replay")(replay_command)
     app.command("report")(report_command)

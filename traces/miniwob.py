@@ -10,13 +10,13 @@ One run per policy: two runs of one policy would collide on (task, seed), so the
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from confkv.bench.stats import wilson
 from traces.errors import TraceStoreError
 from traces.fmt import markdown_cell
 from traces.summary import final_attempts
@@ -27,17 +27,6 @@ if TYPE_CHECKING:
 BASELINE = "full"
 EPISODE_KEYS = ("task_id", "policy", "status", "success", "steps", "wall_s", "peak_kv_bytes", "full_kv_bytes",
                 "eval_reason")  # fmt: skip
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of k successes in n (95% by default): unlike k/n ± 1.96·SE it stays inside [0, 1] and
-    is honest at the small n and at the 0 or n that a few seeds per task give."""
-    if n == 0:
-        return 0.0, 1.0
-    p, zz = k / n, z * z
-    centre = (p + zz / (2 * n)) / (1 + zz / n)
-    half = z / (1 + zz / n) * math.sqrt(p * (1 - p) / n + zz / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ and the question token by token, so per-token confidence and the budget around t
 from __future__ import annotations
 
 import itertools
-import math
 import random
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from confkv.bench.common import (
     footprint,
 )
 from confkv.bench.protocol import Benchmark, floats, ints, names, option, resolve_dtype
+from confkv.bench.stats import wilson
 from confkv.policies import get_policy, policy_names
 from confkv.policy import KVPolicy
 from confkv.session import ConfKVSession
@@ -201,16 +201,6 @@ def run_niah(
         result["trace"] = run_trace(model, tokenizer, cell, _policy(cfg.match, cfg.overrides, cfg.prefill_chunk, None),
                                     cfg.max_new_tokens)
     return result
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion k/n (95% by default): honest at small n and at 0 or n."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def summarize(cells: list[dict], cfg: NiahConfig) -> dict:

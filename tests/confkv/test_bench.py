@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from confkv.bench import common, klshift, memory, niah, ppl
+from confkv.bench.stats import wilson
 from confkv.policies import get_policy
 from confkv.session import ConfKVSession
 from confkv.testing import tiny_model
@@ -190,11 +191,11 @@ def test_niah_can_match_the_baselines_to_a_recall_policy_counting_its_cold_tier(
 
 
 def test_wilson_interval():
-    lo, hi = niah.wilson(0, 9)
+    lo, hi = wilson(0, 9)
     assert lo == 0.0 and 0.25 < hi < 0.35  # 0/9 does not mean "never": up to ~30% is consistent with it
-    lo, hi = niah.wilson(9, 9)
+    lo, hi = wilson(9, 9)
     assert hi == 1.0 and 0.65 < lo < 0.75
-    lo, hi = niah.wilson(50, 100)
+    lo, hi = wilson(50, 100)
     assert lo == pytest.approx(0.404, abs=1e-3) and hi == pytest.approx(0.596, abs=1e-3)
 
 

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from confkv.bench.stats import wilson
 from traces.forced import BROKEN_PREFIX, record_forced
-from traces.miniwob import wilson
 from traces.store import TraceStore
 
 runner = CliRunner()

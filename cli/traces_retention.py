@@ -1,0 +1,52 @@
+"""`confkv-agent traces retention`: how many of `full`'s free-running passes each policy kept (`traces.retention`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from traces import DEFAULT_DB_PATH
+
+TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
+
+
+def retention_command(
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help="Trace database (SQLite) written by `run` / `eval`."),
+    run: list[int] = typer.Option(..., "--run", help="Free-running run ids, `full`'s among them (repeatable)."),
+    tasks: Path = typer.Option(TASKS_DIR, "--tasks", help="Task files (a directory): tasks whose reference is N/A "
+                               "are marked, their passes being no evidence of skill."),  # fmt: skip
+    guess: list[str] = typer.Option([], "--guess", help="A task whose pass a reader found to be a guess in its "
+                                    "trace (repeatable); marked and left out of the evidence-only figure."),  # fmt: skip
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Per policy, how many of `full`'s passes it kept (Wilson 95%), the same without the marked passes (N/A
+    references, named guesses), paired wins, and its peak KV against full's on those tasks; then task by task."""
+    from cli.trace_db import _fail, _ids, _no_such, _open
+    from envs.taskspec import TaskSpecError, load_tasks
+    from traces.fmt import terminal_safe
+    from traces.retention import BASELINE, outcomes, retention, retention_json, retention_markdown, task_marks
+
+    run_ids = _ids(run, "run", db) or []
+    try:
+        specs = load_tasks(tasks)
+    except (TaskSpecError, OSError) as exc:
+        raise _fail(terminal_safe(f"--tasks {tasks}: {exc}")) from None
+    with _open(db) as store:
+        runs = {r["id"]: r for r in store.runs()}
+        for rid in run_ids:
+            if rid not in runs:
+                raise _no_such("run", str(rid), db)
+            if runs[rid].get("mode") == "forced":
+                raise _fail(f"run {rid} is a forced run (no success of its own): `traces forced-table` reads it")
+        if not any(runs[rid]["policy"] == BASELINE for rid in run_ids):
+            raise _fail(f"none of runs {', '.join(map(str, run_ids))} is a `{BASELINE}` run: retention is counted "
+                        f"on {BASELINE}'s passes")  # fmt: skip
+        rows = store.episodes(run_ids=run_ids)
+    per_task = outcomes(rows, task_marks(specs, guess))
+    results = retention(per_task)
+    if as_json:
+        typer.echo(json.dumps(retention_json(per_task, results), indent=2))
+    else:
+        typer.echo(retention_markdown(per_task, results))
