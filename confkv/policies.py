@@ -54,6 +54,12 @@ PRESETS: dict[str, KVPolicy] = {
     "confkv-turn-recall": dataclasses.replace(_CONFKV, name="confkv-turn-recall",
                                               gate=_CONFKV_GATE.with_values(gated="turn", tau=TURN_TAU),
                                               storage=dataclasses.replace(_CONFKV.storage, cold=2048)),
+    # The turn gate matched to a fixed budget on average, not at its peak: `confkv-turn` keeps confkv's 256/512, so
+    # against `confkv-fixed` (512) it can only keep less; here n_low / n_high are 2/3 and 4/3 of 512, so a gate
+    # open on half the turns holds 512 on average and an unsure turn keeps more than the fixed budget does.
+    "confkv-turn-wide": dataclasses.replace(_CONFKV, name="confkv-turn-wide",
+                                            gate=_CONFKV_GATE.with_values(gated="turn", tau=TURN_TAU, n_low=341,
+                                                                          n_high=683)),  # fmt: skip
     "confkv-pyramid": dataclasses.replace(_CONFKV, name="confkv-pyramid",
                                           gate=_CONFKV_GATE.with_values(pyramid=True)),
     "random": dataclasses.replace(_ABLATION, name="random", ranking=RankerSpec("random")),
@@ -86,7 +92,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "fixed": ("sliding", "h2o", "confkv-fixed"),
     "ablation": ("random", "recency", "attention"),
     "ablation-reference": ("confkv-noint8",),
-    "on-request": ("confkv-recall", "confkv-paper", "confkv-turn", "confkv-turn-recall"),
+    "on-request": ("confkv-recall", "confkv-paper", "confkv-turn", "confkv-turn-wide", "confkv-turn-recall"),
 }
 
 

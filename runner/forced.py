@@ -90,6 +90,9 @@ class Trajectory:
 
 
 # ---- budgets matched in bytes ---------------------------------------------------------------------------------------
+PRESET_BUDGET = 512  # the fixed baselines' budget in the presets: what a forced footprint stands for
+
+
 def _slot_bytes(model: Any) -> tuple[int, int]:
     """Bytes of one token in one layer: model dtype (K+V), INT8 (K+V int8 + their fp32 scales); per KV head summed."""
     cfg = model.config
@@ -101,11 +104,14 @@ def _slot_bytes(model: Any) -> tuple[int, int]:
 
 def budget_policy(policy: KVPolicy, budget: int, model: Any) -> KVPolicy:
     """`policy` at a footprint of `budget` model-dtype tokens per layer, in bytes: an INT8 policy keeps its
-    model-dtype window and as many INT8 tokens as the rest of the bytes buy. A gated policy gets the budget as
-    `n_high` and half of it as `n_low` (the presets' ratio); protected windows are clamped to half the smallest
-    budget so every budget leaves room to evict."""
+    model-dtype window and as many INT8 tokens as the rest of the bytes buy. The footprint stands for the fixed
+    baselines' budget, 512 in the presets: a gated policy scales its own `n_low` / `n_high` by budget / 512 (confkv's
+    256 / 512 become half the budget and the budget; `confkv-turn-wide`'s 341 / 683, 2/3 and 4/3 of it). Protected
+    windows are clamped to half the smallest budget so every budget leaves room to evict."""
     fp, q8 = _slot_bytes(model)
-    smallest = budget // 2 if policy.gate.gated else budget
+    if policy.gate.gated:
+        low, high = (max(1, n * budget // PRESET_BUDGET) for n in (policy.gate.n_low, policy.gate.n_high))
+    smallest = low if policy.gate.gated else budget
     room = max(1, (smallest - policy.protection.sinks) // 2)
     values: dict[str, Any] = {"protect": min(policy.protection.protect, room)}
     window = policy.storage.int8_after
@@ -116,7 +122,7 @@ def budget_policy(policy: KVPolicy, budget: int, model: Any) -> KVPolicy:
         return b if window is None or b <= window else window + (b - window) * fp // q8
 
     if policy.gate.gated:
-        values.update(n_high=tokens(budget), n_low=tokens(budget // 2))
+        values.update(n_high=tokens(high), n_low=tokens(low))
     else:
         values["budget"] = tokens(budget)
     return policy.with_values(**values)

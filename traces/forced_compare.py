@@ -32,6 +32,7 @@ QUESTIONS: tuple[tuple[str, str], ...] = (
     ("confkv", "random"),
     ("confkv", "confkv-fixed"),
     ("confkv-turn", "confkv-fixed"),
+    ("confkv-turn-wide", "confkv-fixed"),
     ("confkv-recall", "confkv"),
 )
 

@@ -34,6 +34,8 @@ CASES = [
     ('confkv-noint8', {}, {'name': 'confkv-noint8', 'int8_after': None}),
     ('confkv-turn', {}, {'name': 'confkv-turn', 'gated': 'turn', 'tau': 0.65}),  # added with the turn gate (issue 37)
     ('confkv-turn-recall', {}, {'name': 'confkv-turn-recall', 'gated': 'turn', 'tau': 0.65, 'cold': 2048}),
+    # added with the turn gate matched on average (issue 37): 2/3 and 4/3 of the fixed budget
+    ('confkv-turn-wide', {}, {'name': 'confkv-turn-wide', 'gated': 'turn', 'n_low': 341, 'n_high': 683, 'tau': 0.65}),
     # added with the byte-matchable baselines (issue 36): the fixed ones with confkv's INT8 storage
     ('sliding-int8', {}, {'name': 'sliding-int8', 'budget': 512, 'gated': False, 'ranker': 'recency', 'protect': 0}),
     ('h2o-int8', {}, {'name': 'h2o-int8', 'budget': 512, 'gated': False, 'ranker': 'h2o', 'sinks': 0, 'protect': 256}),

@@ -55,6 +55,18 @@ def test_budgets_are_matched_in_bytes(tiny):
         mine = budget_policy(get_policy(name), 256, model)
         assert (mine.budget, mine.int8_after, mine.gated) == (fixed.budget, fixed.int8_after, False)
     assert fixed.budget > 256  # INT8 tokens past the window: more tokens than the model-dtype budget
+    # the turn gate matched on average: an unsure turn keeps more than the fixed budget, a sure one less, and a gate
+    # open on half the turns holds the fixed budget's bytes
+    def nbytes(tokens: int, window: int) -> int:
+        return window * fp + (tokens - window) * q8
+
+    wide = budget_policy(get_policy("confkv-turn-wide"), 256, model)
+    low, high = nbytes(wide.n_low, wide.int8_after), nbytes(wide.n_high, wide.int8_after)
+    assert low < nbytes(fixed.budget, fixed.int8_after) < high
+    assert abs((low + high) / 2 - 256 * fp) <= 0.01 * 256 * fp
+    turn = budget_policy(get_policy("confkv-turn"), 256, model)  # peak-matched: at most the fixed budget's bytes
+    assert (turn.n_high, turn.n_low) == (conf.n_high, conf.n_low)
+    assert nbytes(turn.n_high, turn.int8_after) <= 256 * fp < nbytes(turn.n_high + 1, turn.int8_after)
     labels = [s.label for s in forced_specs({"full": get_policy("full"), "sliding": get_policy("sliding")}, [128, 256],
                                             model)]  # fmt: skip
     assert labels == ["full", "sliding@128", "sliding@256"]
