@@ -284,6 +284,8 @@ def forced_table_command(
     tasks: str | None = typer.Option(None, "--tasks", help="Only these task ids, comma-separated."),
     exclude_tasks: str | None = typer.Option(None, "--exclude-tasks", help="Leave out these task ids, comma-separated "
                                              "(e.g. the tasks a threshold was read off: a held-out comparison)."),
+    png: Path | None = typer.Option(None, "--png", help="Also draw the frontier of the rows shown (decision agreement "
+                                    "and answer ΔNLL vs mean KV bytes, over the tasks every label finished) here."),
 ) -> None:
     """Trajectory-forced results as Markdown: per policy label, then per task (the tables of
     docs/results/forced-*.md), then the head-to-head questions (confkv vs sliding, h2o, random; gate vs gate off;
@@ -323,6 +325,13 @@ def forced_table_command(
     dropped = dropped_lines(shown)
     if dropped:
         typer.echo("\n" + "\n".join(dropped))
+    if png is not None:
+        from traces.forced_plot import plot_frontier
+
+        try:
+            typer.echo(f"wrote {plot_frontier(shown, png)}", err=True)
+        except (ValueError, OSError) as exc:
+            raise _fail(f"--png {png}: {exc}") from None
 
 
 def _task_ids(text: str | None) -> set[str] | None:

@@ -103,6 +103,10 @@ def test_forced_table_keeps_or_leaves_out_the_named_tasks(forced_db: Path) -> No
     assert {k[0] for k in _table(result.output, "task")} == {"1"}
     result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db), "--tasks", "1,99"])
     assert result.exit_code == 1 and "no forced results for task 99" in result.output
+    png = forced_db.parent / "frontier.png"
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db), "--tasks", "1", "--png", str(png)])
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes().startswith(b"\x89PNG")
 
 
 def test_forced_table_cells_stay_data(forced_db: Path) -> None:
