@@ -15,8 +15,8 @@ TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
 def retention_command(
     db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help="Trace database (SQLite) written by `run` / `eval`."),
     run: list[int] = typer.Option(..., "--run", help="Free-running run ids, `full`'s among them (repeatable)."),
-    tasks: Path = typer.Option(TASKS_DIR, "--tasks", help="Task files (a directory): tasks whose reference is N/A "
-                               "are marked, their passes being no evidence of skill."),  # fmt: skip
+    tasks: Path | None = typer.Option(None, "--tasks", help="Task files (a directory): tasks whose reference is N/A "
+                                      "are marked, their passes being no evidence of skill [the repository's tasks/]"),  # fmt: skip
     guess: list[str] = typer.Option([], "--guess", help="A task whose pass a reader found to be a guess in its "
                                     "trace (repeatable); marked and left out of the evidence-only figure."),  # fmt: skip
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
@@ -29,10 +29,14 @@ def retention_command(
     from traces.retention import BASELINE, outcomes, retention, retention_json, retention_markdown, task_marks
 
     run_ids = _ids(run, "run", db) or []
-    try:
-        specs = load_tasks(tasks)
-    except (TaskSpecError, OSError) as exc:
-        raise _fail(terminal_safe(f"--tasks {tasks}: {exc}")) from None
+    specs = []
+    if tasks is not None or TASKS_DIR.is_dir():
+        try:
+            specs = load_tasks(tasks or TASKS_DIR)
+        except (TaskSpecError, OSError) as exc:
+            raise _fail(terminal_safe(f"--tasks {tasks or TASKS_DIR}: {exc}")) from None
+    else:
+        typer.echo(f"no task files at {TASKS_DIR} (pass --tasks): N/A references are not marked", err=True)
     with _open(db) as store:
         runs = {r["id"]: r for r in store.runs()}
         for rid in run_ids:
