@@ -121,7 +121,7 @@ def test_h2o_accumulates_and_recency_and_random_rankers() -> None:
 
 def test_every_preset_builds_and_ablations_share_the_confkv_gate() -> None:
     assert set(PRESETS) == {"full", "sliding", "h2o", "random", "recency", "attention", "confkv", "confkv-pyramid",
-                            "confkv-paper", "confkv-recall", "confkv-turn", "confkv-turn-recall"}
+                            "confkv-paper", "confkv-recall", "confkv-turn", "confkv-turn-recall", "confkv-turn-wide"}
     recall = get_policy("confkv-recall")  # the preset's gate with a cold tier that gives tokens back
     assert (recall.cold, recall.recall_block, recall.recall_rerun) == (2048, 16, True) and get_policy("confkv").cold == 0
     paper = get_policy("confkv-paper")  # the paper's literal schedule: fixed tau, immediate switch
