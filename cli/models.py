@@ -117,7 +117,7 @@ def calibrate_cmd(
     """Store tau for MODEL's gates from recorded traffic (confidences only, never a reference answer): the turn
     gate's from each decision's least confident choice, the per-forward gates' from each forward's confidence.
     Policies read it with `--set tau=calibrated`."""
-    from cli.trace_db import _fail, _ids, _no_such, _open
+    from cli.trace_db import _fail, _ids, _open, _runs
     from confkv.calibration import SIGNALS, CalibrationError, save_calibration
     from confkv.calibration import quantile as q_of
     from traces.confidence import confidence_values
@@ -129,10 +129,8 @@ def calibrate_cmd(
     run_ids = _ids(run, "run", db) or []
     task_ids = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
     with _open(db) as store:
-        runs = {r["id"]: r for r in store.runs()}
+        runs = _runs(store, run_ids, db)
         for rid in run_ids:
-            if rid not in runs:
-                raise _no_such("run", str(rid), db)
             if runs[rid]["model"] not in (model, Path(model).name):
                 raise _fail(terminal_safe(f"run {rid} is of model {runs[rid]['model']!r}, not {model!r}: a threshold "
                                           f"only holds for the model whose confidences set it"))  # fmt: skip

@@ -4,7 +4,7 @@ a missing or foreign file, or an id SQLite cannot hold, is a one-line error."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -31,6 +31,15 @@ def _ids(values: list[int] | None, what: str, db: Path) -> list[int] | None:
 def _no_such(what: str, given: str, db: Path) -> typer.Exit:
     shown = given if len(given) <= 30 else f"{given[:30]}..."
     return _fail(f"no {what} {shown} in {db}: ids go from 1 to {MAX_ID:,} (`confkv-agent traces ls` lists them)")
+
+
+def _runs(store: TraceStore, run_ids: list[int], db: Path) -> dict[int, dict[str, Any]]:
+    """The given runs by id, every one checked to exist (the first unknown id is a one-line error)."""
+    runs = {r["id"]: r for r in store.runs()}
+    for rid in run_ids:
+        if rid not in runs:
+            raise _no_such("run", str(rid), db)
+    return {rid: runs[rid] for rid in run_ids}
 
 
 def _open(db: Path) -> TraceStore:

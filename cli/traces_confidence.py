@@ -19,15 +19,12 @@ def confidence_command(
 ) -> None:
     """Per prefill chunk, per action token and per reply: quantiles of the recorded confidence and the share below
     tau (how often a gate at tau would open on that kind of forward)."""
-    from cli.trace_db import _ids, _no_such, _open
+    from cli.trace_db import _ids, _open, _runs
     from traces.confidence import confidence_values, plot_signal, signal_lines, signal_stats, stats_json
 
     run_ids = _ids(run, "run", db) or []
     with _open(db) as store:
-        known = {r["id"] for r in store.runs()}
-        missing = [r for r in run_ids if r not in known]
-        if missing:
-            raise _no_such("run", str(missing[0]), db)
+        _runs(store, run_ids, db)
         values = confidence_values(store.db, run_ids)
     stats = signal_stats(values, tau)
     if as_json:

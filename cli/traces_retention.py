@@ -23,7 +23,7 @@ def retention_command(
 ) -> None:
     """Per policy, how many of `full`'s passes it kept (Wilson 95%), the same without the marked passes (N/A
     references, named guesses), paired wins, and its peak KV against full's on those tasks; then task by task."""
-    from cli.trace_db import _fail, _ids, _no_such, _open
+    from cli.trace_db import _fail, _ids, _open, _runs
     from envs.taskspec import TaskSpecError, load_tasks
     from traces.fmt import terminal_safe
     from traces.retention import BASELINE, outcomes, retention, retention_json, retention_markdown, task_marks
@@ -38,10 +38,8 @@ def retention_command(
     else:
         typer.echo(f"no task files at {TASKS_DIR} (pass --tasks): N/A references are not marked", err=True)
     with _open(db) as store:
-        runs = {r["id"]: r for r in store.runs()}
+        runs = _runs(store, run_ids, db)
         for rid in run_ids:
-            if rid not in runs:
-                raise _no_such("run", str(rid), db)
             if runs[rid].get("mode") == "forced":
                 raise _fail(f"run {rid} is a forced run (no success of its own): `traces forced-table` reads it")
         if not any(runs[rid]["policy"] == BASELINE for rid in run_ids):

@@ -109,10 +109,10 @@ def budget_policy(policy: KVPolicy, budget: int, model: Any) -> KVPolicy:
     256 / 512 become half the budget and the budget; `confkv-turn-wide`'s 341 / 683, 2/3 and 4/3 of it). Protected
     windows are clamped to half the smallest budget so every budget leaves room to evict."""
     fp, q8 = _slot_bytes(model)
-    if policy.gate.gated:
-        low, high = (max(1, n * budget // PRESET_BUDGET) for n in (policy.gate.n_low, policy.gate.n_high))
-    smallest = low if policy.gate.gated else budget
-    room = max(1, (smallest - policy.protection.sinks) // 2)
+    gated = policy.gate.gated
+    low, high = ((max(1, n * budget // PRESET_BUDGET) for n in (policy.gate.n_low, policy.gate.n_high)) if gated
+                 else (budget, budget))  # fmt: skip
+    room = max(1, (low - policy.protection.sinks) // 2)
     values: dict[str, Any] = {"protect": min(policy.protection.protect, room)}
     window = policy.storage.int8_after
     if window is not None:
@@ -121,7 +121,7 @@ def budget_policy(policy: KVPolicy, budget: int, model: Any) -> KVPolicy:
     def tokens(b: int) -> int:
         return b if window is None or b <= window else window + (b - window) * fp // q8
 
-    if policy.gate.gated:
+    if gated:
         values.update(n_high=tokens(high), n_low=tokens(low))
     else:
         values["budget"] = tokens(budget)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from traces.fmt import task_order
+
 if TYPE_CHECKING:
     from traces.store import TraceStore
 
@@ -56,7 +58,7 @@ def finished_episodes(store: TraceStore, run_id: int, policy: str) -> dict[str, 
 def compare_runs(old: TraceStore, old_run: int, new: TraceStore, new_run: int, policy: str = "full") -> list[PairedEpisode]:
     """The tasks both runs finished under `policy`, in task order (numeric ids by number)."""
     a, b = finished_episodes(old, old_run, policy), finished_episodes(new, new_run, policy)
-    shared = sorted(set(a) & set(b), key=lambda t: (0, int(t), "") if t.isdigit() else (1, 0, t))
+    shared = sorted(set(a) & set(b), key=task_order)
     return [PairedEpisode(t, a[t][0], b[t][0], a[t][1], b[t][1], a[t][2], b[t][2]) for t in shared]
 
 

@@ -6,6 +6,11 @@ from __future__ import annotations
 import re
 
 
+def task_order(task_id: str) -> tuple[int, int, str]:
+    """Sort key for task ids in tables: numeric ids by number first, then the others (`miniwob/...`) by name."""
+    return (0, int(task_id), "") if task_id.isdigit() else (1, 0, task_id)
+
+
 def format_bytes(n: float | None) -> str:
     """Binary units with three significant digits ("1.50 MiB"); "-" for unknown."""
     if n is None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from confkv.bench.stats import wilson
 from envs.taskspec import Task
-from traces.fmt import markdown_cell
+from traces.fmt import markdown_cell, task_order
 from traces.summary import final_attempts
 
 BASELINE = "full"
@@ -61,7 +61,7 @@ def outcomes(rows: Iterable[Mapping[str, Any]], marks: Mapping[str, str]) -> lis
     for row in final_attempts(rows, across_runs=True):
         by_task.setdefault(str(row["task_id"]), {})[row["policy"]] = row
     out = []
-    for task_id in sorted(by_task, key=lambda t: (not t.isdigit(), int(t) if t.isdigit() else 0, t)):
+    for task_id in sorted(by_task, key=task_order):
         eps = by_task[task_id]
         out.append(TaskOutcome(
             task_id, marks.get(task_id),
