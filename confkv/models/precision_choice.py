@@ -35,6 +35,8 @@ MIN_AGREEMENT = 0.97
 ACCEPTANCE = Path(__file__).with_name("precision_acceptance.json")
 MEMORY_HEADROOM = 0.6  # weights may take at most this share of available memory (KV, activations, browser: the rest)
 
+LINEAR_NAMES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+                "mlp.up_proj", "mlp.down_proj")  # Shapes.from_config's order (what `w8a8d` resolves by)
 Timings = dict[str, float]  # "bf16/prefill/float" -> ms for one layer's Linears
 
 
@@ -85,12 +87,13 @@ def _forms(phase: str) -> Iterable[tuple[str, str]]:
 
 def _layer(shapes: Shapes, act: str, phase: str, form: str) -> list[Int8Linear]:
     prec = Precision("probe", act, form if phase == "prefill" else "float", form if phase == "decode" else "float")
+    names = LINEAR_NAMES if len(shapes.linears) == len(LINEAR_NAMES) else ("",) * len(shapes.linears)
     out = []
-    for i, o in shapes.linears:
+    for (i, o), name in zip(shapes.linears, names, strict=True):
         lin = torch.nn.Linear(i, o, bias=False)
         torch.nn.init.normal_(lin.weight, std=0.02)
         lin = lin.to(ACT_DTYPES[act])
-        out.append(Int8Linear(lin, prec))
+        out.append(Int8Linear(lin, prec, name))
     return out
 
 
@@ -196,6 +199,16 @@ def allowed(model_name: str | None, path: Path = ACCEPTANCE) -> dict[str, str]:
     return out
 
 
+def weight_bytes(p: Precision, shapes: Shapes) -> int:
+    """Resident bytes of the quantizable weights in `p`: the down projection apart where `w8a8d` holds it in bf16."""
+    if p.prefill != "w8a8d" or len(shapes.linears) != len(LINEAR_NAMES):
+        return int(p.weight_bytes_per_param() * shapes.params)
+    i, o = shapes.linears[LINEAR_NAMES.index("mlp.down_proj")]
+    down = shapes.layers * i * o
+    rest = p.for_layer("").weight_bytes_per_param() * (shapes.params - down)
+    return int(rest + p.for_layer("mlp.down_proj").weight_bytes_per_param() * down)
+
+
 def step_ms(p: Precision, timings: Timings, layers: int) -> float | None:
     """Estimated Linear time of one agent step in `p` (None if a form was not timed)."""
     pre, dec = timings.get(f"{p.act}/prefill/{p.prefill}"), timings.get(f"{p.act}/decode/{p.decode}")
@@ -218,7 +231,7 @@ def choose(timings: Timings, shapes: Shapes, reasons: dict[str, str], source: st
         ms = step_ms(p, timings, shapes.layers)
         if ms is None or name != p.name:  # an alias (`int8`) is listed under its own name
             continue
-        weights = int(p.weight_bytes_per_param() * shapes.params)
+        weights = weight_bytes(p, shapes)
         why = reasons.get(name, "not: unknown")
         if available_bytes is not None and weights > MEMORY_HEADROOM * available_bytes:
             why = f"not: its weights ({weights / 2**30:.1f} GiB) exceed {MEMORY_HEADROOM:.0%} of available memory"

@@ -88,6 +88,7 @@ TIMINGS = {  # ms per layer, as `measure` writes them
     "fp32/prefill/float": 400.0, "fp32/prefill/w8a8": 100.0, "fp32/decode/float": 23.0, "fp32/decode/w8a8": 7.0,
     "bf16/prefill/float": 80.0, "bf16/prefill/w8a8": 120.0, "bf16/decode/float": 26.0, "bf16/decode/int8wo": 15.0,
     "bf16/decode/w8a8": 7.5, "fp32/prefill/bf16": 95.0, "fp32/decode/bf16": 21.0, "fp32/decode/int8wo": 10.0,
+    "fp32/prefill/w8a8d": 130.0, "bf16/prefill/w8a8d": 140.0,
 }  # fmt: skip
 
 
@@ -196,3 +197,34 @@ def test_layer_errors_rank_each_linear_by_its_int8_error():
     assert rows[0][0] == "model.layers.1.mlp.down_proj"
     only_decode = layer_errors(model, ids, "bf16-float-int8wo")
     assert {r[1] for r in only_decode} == {"decode"} and len(only_decode) == 14
+
+
+def test_w8a8d_keeps_the_down_projection_in_bf16_and_quantizes_the_rest():
+    """The down projection reads SiLU(gate) x up, whose outlier channels per-token scales miss; `w8a8d` gives that one
+    Linear the bf16 form and every other one W8A8, so on such an input its error is the bf16 form's."""
+    p = get_precision("fp32-w8a8d-float")
+    lin = _linear(bias=False)
+    x = torch.randn(32, 96)
+    x[:, [3, 40]] *= 60.0  # two outlier channels: a per-token scale spends its 8 bits on them
+    ref = lin(x)
+    down, other = Int8Linear(lin, p, "model.layers.3.mlp.down_proj"), Int8Linear(lin, p, "model.layers.3.mlp.up_proj")
+    assert (down.prefill, other.prefill) == ("bf16", "w8a8")
+    assert not hasattr(down, "qweight") and not hasattr(other, "weight_bf16")  # one copy each, not both
+    err = {k: float((m(x) - ref).norm() / ref.norm()) for k, m in (("down", down), ("other", other))}
+    assert err["down"] < 0.01 < err["other"] < 0.1, err
+    assert torch.equal(down(x[:1]), lin(x[:1])) and torch.equal(other(x[:1]), lin(x[:1]))  # decode stays float
+    model, _ = __import__("confkv.testing", fromlist=["tiny_model"]).tiny_model("qwen2")
+    apply_precision(model, p)
+    forms = {n.rsplit(".", 1)[-1]: m.prefill for n, m in model.named_modules() if isinstance(m, Int8Linear)}
+    assert forms == {"q_proj": "w8a8", "k_proj": "w8a8", "v_proj": "w8a8", "o_proj": "w8a8", "gate_proj": "w8a8",
+                     "up_proj": "w8a8", "down_proj": "bf16"}  # fmt: skip
+
+
+def test_w8a8d_weight_bytes_count_the_down_projection_apart():
+    from confkv.models.precision_choice import weight_bytes
+
+    p = get_precision("fp32-w8a8d-float")
+    down = SHAPES.layers * 256 * 64
+    rest = SHAPES.params - down
+    assert weight_bytes(p, SHAPES) == int((4 + 1) * rest + (4 + 2) * down)  # fp32 decode copy + INT8 or bf16
+    assert weight_bytes(get_precision("fp32-w8a8-float"), SHAPES) == 5 * SHAPES.params
