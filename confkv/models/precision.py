@@ -247,7 +247,7 @@ def layer_errors(model: Any, ids: torch.Tensor, precision: Precision | str) -> l
             quant = Int8Linear(lin, precision, name)
             rows = x.reshape(-1, lin.in_features)
             for phase, xs in (("prefill", rows), ("decode", rows[-1:])):
-                if getattr(precision.for_layer(name), phase) == "float":
+                if getattr(quant, phase) == "float":  # the form this layer resolved to
                     continue
                 ref = F.linear(xs.float(), lin.weight.float(), None if lin.bias is None else lin.bias.float())
                 got = quant(xs.to(precision.dtype)).float()

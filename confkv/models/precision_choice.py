@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from confkv.models.precision import ACT_DTYPES, PRECISIONS, Int8Linear, Precision
+from confkv.models.precision import ACT_DTYPES, DOWN_PROJ, PRECISIONS, Int8Linear, Precision
 
 CHUNK = 512  # rows of a prefill chunk (KVPolicy.prefill_chunk's default)
 STEP_PREFILL, STEP_DECODE = 1600, 16  # an agent turn of run 3: ~8.2K prefilled tokens in 5 steps; short replies
@@ -36,7 +36,7 @@ ACCEPTANCE = Path(__file__).with_name("precision_acceptance.json")
 MEMORY_HEADROOM = 0.6  # weights may take at most this share of available memory (KV, activations, browser: the rest)
 
 LINEAR_NAMES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-                "mlp.up_proj", "mlp.down_proj")  # Shapes.from_config's order (what `w8a8d` resolves by)
+                "mlp.up_proj", DOWN_PROJ)  # Shapes.from_config's order (what `w8a8d` resolves by)
 Timings = dict[str, float]  # "bf16/prefill/float" -> ms for one layer's Linears
 
 
@@ -203,10 +203,10 @@ def weight_bytes(p: Precision, shapes: Shapes) -> int:
     """Resident bytes of the quantizable weights in `p`: the down projection apart where `w8a8d` holds it in bf16."""
     if p.prefill != "w8a8d" or len(shapes.linears) != len(LINEAR_NAMES):
         return int(p.weight_bytes_per_param() * shapes.params)
-    i, o = shapes.linears[LINEAR_NAMES.index("mlp.down_proj")]
+    i, o = shapes.linears[LINEAR_NAMES.index(DOWN_PROJ)]
     down = shapes.layers * i * o
     rest = p.for_layer("").weight_bytes_per_param() * (shapes.params - down)
-    return int(rest + p.for_layer("mlp.down_proj").weight_bytes_per_param() * down)
+    return int(rest + p.for_layer(DOWN_PROJ).weight_bytes_per_param() * down)
 
 
 def step_ms(p: Precision, timings: Timings, layers: int) -> float | None:

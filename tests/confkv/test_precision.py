@@ -213,7 +213,9 @@ def test_w8a8d_keeps_the_down_projection_in_bf16_and_quantizes_the_rest():
     err = {k: float((m(x) - ref).norm() / ref.norm()) for k, m in (("down", down), ("other", other))}
     assert err["down"] < 0.01 < err["other"] < 0.1, err
     assert torch.equal(down(x[:1]), lin(x[:1])) and torch.equal(other(x[:1]), lin(x[:1]))  # decode stays float
-    model, _ = __import__("confkv.testing", fromlist=["tiny_model"]).tiny_model("qwen2")
+    from confkv.testing import tiny_model
+
+    model, _ = tiny_model("qwen2")
     apply_precision(model, p)
     forms = {n.rsplit(".", 1)[-1]: m.prefill for n, m in model.named_modules() if isinstance(m, Int8Linear)}
     assert forms == {"q_proj": "w8a8", "k_proj": "w8a8", "v_proj": "w8a8", "o_proj": "w8a8", "gate_proj": "w8a8",
