@@ -160,6 +160,8 @@ def precision(
     layer_errors: str = typer.Option("", "--layer-errors", help="also: each Linear's relative error in this "
                                      "precision's INT8 forms on the agent's own prompt (fp32 reference)"),
     top: int = typer.Option(8, "--top", min=1, help="layers listed per phase with --layer-errors"),
+    error_forms: str = typer.Option("", "--error-forms", help="also: each Linear's error split by what is "
+                                    "quantized, e.g. bf16,w8a8,w8,a8,w8g128,w8a8-sq0.5 (confkv.models.quant_error)"),
     remeasure: bool = typer.Option(False, "--remeasure", help="drop this machine's cached timings first (they "
                                    "were taken under load, or the machine changed)"),  # fmt: skip
     out: str = typer.Option("results", "--out", help="directory for the JSON"),
@@ -168,7 +170,14 @@ def precision(
     layers an INT8 form hurts most."""
     from confkv.models.load import _config, resolve
     from confkv.models.precision_choice import Shapes, cache_path
+    from confkv.models.quant_error import check_forms
 
+    forms = tuple(f.strip() for f in error_forms.split(",") if f.strip())
+    if error_forms:
+        try:
+            check_forms(forms)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--error-forms") from None
     cached = cache_path(Shapes.from_config(_config(resolve(model))))
     if remeasure:
         cached.unlink(missing_ok=True)
@@ -197,8 +206,30 @@ def precision(
             if mine:
                 typer.echo(f"{target} {phase}: median {statistics.median(r[2] for r in mine):.2%} over "
                            f"{len(mine)} layers; largest: " + ", ".join(f"{n} {e:.1%}" for n, _, e in mine[:top]))
+    if error_forms:
+        data["error_forms"] = _error_forms(model, forms)
     path = _save(data, out, f"precision_{_label(model)}.json")
     typer.echo(f"chosen: {name}\nresults: {path}")
+
+
+def _error_forms(model: str, forms: tuple[str, ...]) -> dict:
+    """Measured on an agent first-step turn (a synthetic page); smoothing calibrated on the system prompt and
+    demonstrations, text the measured rows never saw."""
+    import torch
+
+    from confkv.models import load
+    from confkv.models.quant_error import form_errors, summarize
+    from runner.bench_dtype import agent_prompts
+
+    mdl, tok = load(model, "fp32")
+    head, turns = agent_prompts(tok, 1, 512)
+    rows = summarize(form_errors(mdl, torch.tensor([turns[0]]), forms, calib_ids=torch.tensor([head])))
+    typer.echo(f"{'form':<12} {'median':>7} {'mean':>7}  median by kind; worst")
+    for r in rows:
+        kinds = " ".join(f"{k.removesuffix('_proj')} {v:.2%}" for k, v in r["by_kind"].items())
+        worst = ", ".join(f"{n.removeprefix('model.layers.')} {e:.1%}" for n, e in r["worst"])
+        typer.echo(f"{r['form']:<12} {r['median']:>7.2%} {r['mean']:>7.2%}  {kinds}; {worst}")
+    return {"measured_tokens": len(turns[0]), "calibration_tokens": len(head), "rows": rows}
 
 
 @bench.command("cpu-peer")

@@ -222,23 +222,30 @@ def apply_precision(model: Any, precision: Precision | str, keep_float: set[str]
     return len(swaps)
 
 
-def layer_errors(model: Any, ids: torch.Tensor, precision: Precision | str) -> list[tuple[str, str, float]]:
-    """Relative output error of each quantizable Linear in `precision`'s INT8 forms against its float product, on
-    the inputs a real forward of `ids` gives it (the model in fp32): (name, phase, error), largest first. Why: a
-    layer whose error stands out (outlier activations) is the one to keep float (`apply_precision(keep_float=)`).
-    The decode form is measured on the last row alone, as a decode step would run it."""
-    precision = get_precision(precision) if isinstance(precision, str) else precision
+def linear_inputs(model: Any, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """{name: the rows [tokens, in_features] each quantizable Linear reads} in one forward of `ids`."""
     inputs: dict[str, torch.Tensor] = {}
     hooks = []
     for parent, attr, name in quantizable_linears(model):
         mod = getattr(parent, attr)
-        hooks.append(mod.register_forward_hook(lambda m, a, out, n=name: inputs.__setitem__(n, a[0].detach())))
+        hooks.append(mod.register_forward_hook(
+            lambda m, a, out, n=name: inputs.__setitem__(n, a[0].detach().reshape(-1, a[0].shape[-1]).float())))
     try:
         with torch.no_grad():
             model(ids)
     finally:
         for h in hooks:
             h.remove()
+    return inputs
+
+
+def layer_errors(model: Any, ids: torch.Tensor, precision: Precision | str) -> list[tuple[str, str, float]]:
+    """Relative output error of each quantizable Linear in `precision`'s INT8 forms against its float product, on
+    the inputs a real forward of `ids` gives it (the model in fp32): (name, phase, error), largest first. Why: a
+    layer whose error stands out (outlier activations) is the one to keep float (`apply_precision(keep_float=)`).
+    The decode form is measured on the last row alone, as a decode step would run it."""
+    precision = get_precision(precision) if isinstance(precision, str) else precision
+    inputs = linear_inputs(model, ids)
     out = []
     modules = dict(model.named_modules())
     with torch.no_grad():

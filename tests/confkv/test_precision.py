@@ -230,3 +230,36 @@ def test_w8a8d_weight_bytes_count_the_down_projection_apart():
     rest = SHAPES.params - down
     assert weight_bytes(p, SHAPES) == int((4 + 1) * rest + (4 + 2) * down)  # fp32 decode copy + INT8 or bf16
     assert weight_bytes(get_precision("fp32-w8a8-float"), SHAPES) == 5 * SHAPES.params
+
+
+def test_error_forms_split_weights_from_activations_and_smoothing_tames_an_outlier_channel():
+    """On a layer whose input has outlier channels (as the down projection's SiLU(gate) x up does), the error is the
+    activations' (`a8` near `w8a8`, `w8` far below), smoothing calibrated on other rows with the same channels brings
+    W8A8 down, and the bf16 form stays below every INT8 form."""
+    from confkv.models.quant_error import form_errors, summarize
+    from confkv.testing import tiny_model
+
+    model, _ = tiny_model("qwen2")
+    with torch.no_grad():  # outlier input channels for layer 1's down_proj, on every token
+        model.model.layers[1].mlp.up_proj.weight[[3, 9], :] *= 60.0
+    forms = ("bf16", "w8a8", "w8", "a8", "w8g128", "w8a8-sq0.5")
+    errs = form_errors(model, torch.tensor([list(range(3, 60))]), forms, calib_ids=torch.tensor([list(range(60, 110))]))
+    down = {f: errs[f]["model.layers.1.mlp.down_proj"] for f in forms}
+    assert down["bf16"] < down["w8"] < down["a8"] <= 1.5 * down["w8a8"], down
+    assert down["w8a8-sq0.5"] < 0.7 * down["w8a8"], down
+    assert len(errs["w8"]) == 2 * 7 and all(e > 0 for f in forms for e in errs[f].values())
+    rows = {r["form"]: r for r in summarize(errs)}
+    assert set(rows["w8a8"]["by_kind"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert rows["w8a8"]["worst"][0][0] == "model.layers.1.mlp.down_proj"
+
+
+@pytest.mark.parametrize("forms", [("w8a8-sq",), ("w8a8-sq1.5",), ("int4",), ()])
+def test_error_forms_reject_unknown_forms_and_smoothing_without_calibration(forms):
+    from confkv.models.quant_error import check_forms, form_errors
+    from confkv.testing import tiny_model
+
+    with pytest.raises(ValueError):
+        check_forms(forms)
+    model, _ = tiny_model("qwen2")
+    with pytest.raises(ValueError, match="calib"):
+        form_errors(model, torch.tensor([[3, 4, 5]]), ("w8a8-sq0.5",))
