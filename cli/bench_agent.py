@@ -241,6 +241,8 @@ def cpu_peer(
     decode: str = typer.Option("1024,4096", "--decode", help="contexts to decode after"),
     steps: int = typer.Option(16, "--steps", min=2, help="decoded tokens per context"),
     out: str = typer.Option("results", "--out", help="directory for the JSON"),
+    breakdown: bool = typer.Option(False, "--breakdown", help="also: where our decode step's time goes (decoder "
+                                   "Linears, LM head, attention, rest) at each decode context, plain cache"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """llama.cpp (`pip install llama-cpp-python`) vs our plain, full and confkv: prefill tok/s, decode ms/token."""
@@ -260,12 +262,21 @@ def cpu_peer(
     report = run_cpu_peer(mdl, path, _parse_lengths(prefill), _parse_lengths(decode), steps,
                           lambda m: typer.echo(m, err=True))  # fmt: skip
     report.update(model=model, date=time.strftime("%Y-%m-%d"))
+    if breakdown:
+        from confkv.bench.step_breakdown import decode_breakdown
+
+        report["decode_breakdown"] = [decode_breakdown(mdl, c, steps) for c in _parse_lengths(decode)]
     saved = _save(report, out, f"cpu-peer_{_label(model)}_{name}.json")
     if as_json:
         typer.echo(json.dumps(report))
         return
     for line in format_report(report):
         typer.echo(line)
+    if breakdown:
+        from confkv.bench.step_breakdown import format_breakdown
+
+        for b in report["decode_breakdown"]:
+            typer.echo("\n".join(format_breakdown(b)))
     typer.echo(f"results: {saved}")
 
 

@@ -31,3 +31,21 @@ def test_cpu_peer_without_llama_cpp_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` raises ImportError
     result = CliRunner().invoke(app, ["bench", "cpu-peer", "--model", "smollm2-135m"])
     assert result.exit_code != 0 and "pip install llama-cpp-python" in result.output
+
+
+def test_decode_breakdown_adds_up_to_the_step_and_counts_the_weights_each_precision_holds():
+    from confkv.bench.step_breakdown import PARTS, decode_breakdown, format_breakdown
+    from confkv.models.precision import apply_precision
+    from confkv.testing import tiny_model
+
+    model, _ = tiny_model("qwen2")
+    params = sum(m.weight.numel() for n, m in model.model.layers.named_modules() if n.endswith("_proj"))
+    bias = sum(m.bias.numel() for n, m in model.model.layers.named_modules() if n.endswith("_proj") and m.bias is not None)
+    b = decode_breakdown(model, 24, 3)
+    assert set(b["ms"]) == set(PARTS) and all(v >= 0 for v in b["ms"].values())
+    assert abs(sum(b["ms"].values()) - b["step_ms"]) < 0.01 * b["step_ms"]
+    assert b["ms"]["decoder Linears"] > 0 and b["ms"]["attention (less its projections)"] > 0
+    assert b["weights_bytes"]["decoder Linears"] == 4 * (params + bias)
+    apply_precision(model, "fp32-bf16-bf16")  # bf16 weights only (the fp32 copy is dropped), fp32 biases
+    assert decode_breakdown(model, 24, 3)["weights_bytes"]["decoder Linears"] == 2 * params + 4 * bias
+    assert len(format_breakdown(b)) == 1 + len(PARTS)
