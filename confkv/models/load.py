@@ -296,6 +296,10 @@ def load(
             )
     for line in lines if dtype == "auto" else ():
         progress(line)
+    if not path.is_file():
+        from confkv.models.precision_choice import use_measured_row_kernel
+
+        use_measured_row_kernel(model.config)  # bf16 decode rows through the kernel timed fastest here, if timed
     model.eval()
     apply_precision(model, precision)
     model.precision = precision.name  # what the traces and reports record

@@ -25,6 +25,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from confkv.models.gemv import bf16_row
+
 ACT_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PREFILL_FORMATS = ("float", "bf16", "w8a8", "w8a8d")
 DOWN_PROJ = "mlp.down_proj"  # the Linear `w8a8d` leaves in the bf16 form (its name ends with this)
@@ -160,14 +162,14 @@ class Int8Linear(torch.nn.Module):
         return y.reshape(*shape[:-1], self.out_features)
 
     def _float(self, rows: torch.Tensor) -> torch.Tensor:
-        if rows.shape[0] == 1 and rows.dtype == torch.bfloat16:  # torch.mv streams bf16 weights faster (gemv.py)
-            y = torch.mv(self.weight, rows[0])
+        if rows.shape[0] == 1 and rows.dtype == torch.bfloat16:  # the measured bf16 row kernel (gemv.py)
+            y = bf16_row(self.weight, rows[0])
             return (y if self.bias is None else y + self.bias)[None]
         return F.linear(rows, self.weight, self.bias)
 
     def _bf16(self, rows: torch.Tensor) -> torch.Tensor:
         x = rows.to(torch.bfloat16)
-        y = torch.mv(self.weight_bf16, x[0])[None] if rows.shape[0] == 1 else F.linear(x, self.weight_bf16)
+        y = bf16_row(self.weight_bf16, x[0])[None] if rows.shape[0] == 1 else F.linear(x, self.weight_bf16)
         y = y.to(rows.dtype)
         return y if self.bias is None else y + self.bias
 

@@ -100,6 +100,10 @@ def _layer(shapes: Shapes, act: str, phase: str, form: str) -> list[Int8Linear]:
 def measure(shapes: Shapes, reps: int = 5, progress: Callable[[str], None] = lambda _: None) -> Timings:
     """ms per decoder layer's Linears, per act/phase/form: the minimum of `reps`, forms interleaved so that load on
     the machine hits them alike."""
+    from confkv.models.gemv import set_row_kernel, time_row_kernels
+
+    rows_ms = time_row_kernels(shapes.linears, reps)
+    set_row_kernel(min(rows_ms, key=rows_ms.__getitem__))  # the bf16 decode forms below run through the faster one
     layers, inputs = {}, {}
     for phase, rows in (("prefill", CHUNK), ("decode", 1)):
         for act, form in _forms(phase):
@@ -116,7 +120,30 @@ def measure(shapes: Shapes, reps: int = 5, progress: Callable[[str], None] = lam
                     mod(x)
                 if rep:  # the first pass warms up (oneDNN / fbgemm pick and cache their kernels)
                     best[key] = min(best[key], (time.perf_counter() - t0) * 1000)
-    return best
+    return best | {f"row/{k}": v for k, v in rows_ms.items()}
+
+
+def row_kernel_of(timings: Timings) -> str | None:
+    """The bf16 row kernel the timings found faster (None for timings taken before kernels were compared)."""
+    rows = {k.removeprefix("row/"): v for k, v in timings.items() if k.startswith("row/")}
+    return min(rows, key=rows.__getitem__) if rows else None
+
+
+def use_measured_row_kernel(config: Any) -> str | None:
+    """Set this process's bf16 row kernel from this machine's cached timings for `config`'s shapes, if any (never
+    measures: an explicit precision must not cost a minute of timing); returns a line saying which, or None."""
+    from confkv.models.gemv import set_row_kernel
+
+    try:
+        timings = json.loads(cache_path(Shapes.from_config(config)).read_text())["timings"]
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        return None
+    kernel = row_kernel_of(timings)
+    if kernel is None:
+        return None
+    set_row_kernel(kernel)
+    measured = ", ".join(f"{k.removeprefix('row/')} {v:.2f} ms" for k, v in timings.items() if k.startswith("row/"))
+    return f"bf16 decode rows via {kernel} (one layer's rows: {measured}, measured here)"
 
 
 def cache_path(shapes: Shapes) -> Path:
@@ -130,6 +157,7 @@ def cached_timings(shapes: Shapes, progress: Callable[[str], None] = lambda _: N
     """Timings from the cache, or measured now and cached; with where they came from."""
     path = cache_path(shapes)
     wanted = {f"{act}/{phase}/{form}" for phase in ("prefill", "decode") for act, form in _forms(phase)}
+    wanted |= {"row/mv", "row/linear"}
     try:
         data = json.loads(path.read_text())
         if wanted <= set(data["timings"]):  # a newer registry's forms are measured anew
@@ -251,6 +279,10 @@ def choose(timings: Timings, shapes: Shapes, reasons: dict[str, str], source: st
                  ", ".join(f"{k}={v:.1f}" for k, v in sorted(timings.items()) if "/prefill/" in k) +
                  "; decode (1 row) " + ", ".join(f"{k}={v:.2f}" for k, v in sorted(timings.items())
                                                  if "/decode/" in k))  # fmt: skip
+    kernel = row_kernel_of(timings)
+    if kernel:
+        lines.append(f"  bf16 decode rows via {kernel}: " + ", ".join(
+            f"{k.removeprefix('row/')} {v:.2f} ms" for k, v in sorted(timings.items()) if k.startswith("row/")))
     return Choice(best[2], lines)
 
 
@@ -266,6 +298,9 @@ def available_memory() -> int | None:
 
 def auto_precision(config: Any, model_name: str | None, progress: Callable[[str], None] = lambda _: None) -> Choice:
     """`--dtype auto` on a CPU: measure (or read the cache), then choose."""
+    from confkv.models.gemv import set_row_kernel
+
     shapes = Shapes.from_config(config)
     timings, source = cached_timings(shapes, progress)
+    set_row_kernel(row_kernel_of(timings) or "mv")
     return choose(timings, shapes, allowed(model_name), source, available_memory())

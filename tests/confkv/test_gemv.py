@@ -1,4 +1,5 @@
-"""`RowGemvLinear`: one-row bf16 calls through `torch.mv`, everything else exactly `F.linear`."""
+"""`RowGemvLinear`: one-row bf16 calls through the measured row kernel (`torch.mv` by default), everything else
+exactly `F.linear`."""
 
 from __future__ import annotations
 

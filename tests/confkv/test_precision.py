@@ -10,7 +10,7 @@ import torch
 
 from confkv.models.dtype import DtypeError, resolve_precision
 from confkv.models.precision import PRECISIONS, Int8Linear, apply_precision, get_precision
-from confkv.models.precision_choice import Shapes, acceptance, allowed, cached_timings, choose
+from confkv.models.precision_choice import Shapes, acceptance, allowed, cache_path, cached_timings, choose
 
 INT8_FORMS = [p for name, p in PRECISIONS.items() if not p.is_float and name == p.name]
 
@@ -88,7 +88,7 @@ TIMINGS = {  # ms per layer, as `measure` writes them
     "fp32/prefill/float": 400.0, "fp32/prefill/w8a8": 100.0, "fp32/decode/float": 23.0, "fp32/decode/w8a8": 7.0,
     "bf16/prefill/float": 80.0, "bf16/prefill/w8a8": 120.0, "bf16/decode/float": 26.0, "bf16/decode/int8wo": 15.0,
     "bf16/decode/w8a8": 7.5, "fp32/prefill/bf16": 95.0, "fp32/decode/bf16": 21.0, "fp32/decode/int8wo": 10.0,
-    "fp32/prefill/w8a8d": 130.0, "bf16/prefill/w8a8d": 140.0,
+    "fp32/prefill/w8a8d": 130.0, "bf16/prefill/w8a8d": 140.0, "row/mv": 2.7, "row/linear": 2.1,
 }  # fmt: skip
 
 
@@ -160,7 +160,7 @@ def test_measure_times_every_form_a_precision_uses():
     timings = measure(Shapes(((32, 32), (32, 64), (64, 32)), layers=1), reps=1)
     wanted = {f"{p.act}/prefill/{p.prefill}" for p in PRECISIONS.values() if p.act != "fp16"}
     wanted |= {f"{p.act}/decode/{p.decode}" for p in PRECISIONS.values() if p.act != "fp16"}
-    assert set(timings) == wanted and all(t > 0 for t in timings.values())
+    assert set(timings) == wanted | {"row/mv", "row/linear"} and all(t > 0 for t in timings.values())
 
 
 def test_resolve_precision_names_and_auto():
@@ -263,3 +263,43 @@ def test_error_forms_reject_unknown_forms_and_smoothing_without_calibration(form
     model, _ = tiny_model("qwen2")
     with pytest.raises(ValueError, match="calib"):
         form_errors(model, torch.tensor([[3, 4, 5]]), ("w8a8-sq0.5",))
+
+
+@pytest.fixture
+def row_kernel_restored():
+    from confkv.models.gemv import row_kernel, set_row_kernel
+
+    was = row_kernel()
+    yield
+    set_row_kernel(was)
+
+
+def test_bf16_rows_run_through_the_kernel_measured_faster_here(tmp_path, monkeypatch, row_kernel_restored):
+    """Which of `torch.mv` and `F.linear` streams bf16 weights faster differs by machine (AMX Xeon: mv; Zen 4:
+    linear), so it is timed with the precision timings, reported, and read back by every later load."""
+    from confkv.models.gemv import ROW_KERNELS, bf16_row, row_kernel, set_row_kernel
+    from confkv.models.precision_choice import row_kernel_of, use_measured_row_kernel
+    from confkv.testing import tiny_config
+
+    lin = _linear().to(torch.bfloat16)
+    x = torch.randn(96).to(torch.bfloat16)
+    outs = {}
+    for kernel in ROW_KERNELS:
+        set_row_kernel(kernel)
+        outs[kernel] = bf16_row(lin.weight, x, lin.bias).float()
+    ref = torch.nn.functional.linear(x.float(), lin.weight.float(), lin.bias.float())
+    for out in outs.values():
+        assert (out - ref).norm() < 0.01 * ref.norm()  # one form, two summation orders
+    with pytest.raises(ValueError):
+        set_row_kernel("gemm")
+    assert row_kernel_of(TIMINGS) == "linear" and row_kernel_of({**TIMINGS, "row/mv": 1.0}) == "mv"
+    assert row_kernel_of({"fp32/decode/float": 1.0}) is None  # timings from before kernels were compared
+    assert "bf16 decode rows via linear" in "\n".join(choose(TIMINGS, SHAPES, {"fp32": "ok"}, "x").lines)
+    monkeypatch.setenv("CONFKV_HOME", str(tmp_path))
+    config = tiny_config("qwen2")
+    set_row_kernel("mv")
+    assert use_measured_row_kernel(config) is None and row_kernel() == "mv"  # nothing timed here: left alone
+    path = cache_path(Shapes.from_config(config))
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"timings": {"row/mv": 3.0, "row/linear": 2.0}}))
+    assert "via linear" in use_measured_row_kernel(config) and row_kernel() == "linear"
