@@ -34,6 +34,8 @@ QUESTIONS: tuple[tuple[str, str], ...] = (
     ("confkv-turn", "confkv-fixed"),
     ("confkv-turn-wide", "confkv-fixed"),
     ("confkv-recall", "confkv"),
+    ("confkv-turn-recall", "confkv-fixed"),  # the one gate that opens on agent traffic, against the gate off
+    ("confkv-turn-recall", "confkv-turn"),  # does recall help the turn gate
 )
 
 
