@@ -100,10 +100,18 @@ def _layer(shapes: Shapes, act: str, phase: str, form: str) -> list[Int8Linear]:
 def measure(shapes: Shapes, reps: int = 5, progress: Callable[[str], None] = lambda _: None) -> Timings:
     """ms per decoder layer's Linears, per act/phase/form: the minimum of `reps`, forms interleaved so that load on
     the machine hits them alike."""
-    from confkv.models.gemv import set_row_kernel, time_row_kernels
+    from confkv.models.gemv import row_kernel, set_row_kernel, time_row_kernels
 
     rows_ms = time_row_kernels(shapes.linears, reps)
+    was = row_kernel()
     set_row_kernel(min(rows_ms, key=rows_ms.__getitem__))  # the bf16 decode forms below run through the faster one
+    try:
+        return _time_forms(shapes, reps, progress) | {f"row/{k}": v for k, v in rows_ms.items()}
+    finally:
+        set_row_kernel(was)  # a measurement leaves the process as it found it; `auto_precision` sets the kernel
+
+
+def _time_forms(shapes: Shapes, reps: int, progress: Callable[[str], None]) -> Timings:
     layers, inputs = {}, {}
     for phase, rows in (("prefill", CHUNK), ("decode", 1)):
         for act, form in _forms(phase):
@@ -120,7 +128,7 @@ def measure(shapes: Shapes, reps: int = 5, progress: Callable[[str], None] = lam
                     mod(x)
                 if rep:  # the first pass warms up (oneDNN / fbgemm pick and cache their kernels)
                     best[key] = min(best[key], (time.perf_counter() - t0) * 1000)
-    return best | {f"row/{k}": v for k, v in rows_ms.items()}
+    return best
 
 
 def row_kernel_of(timings: Timings) -> str | None:
