@@ -296,7 +296,7 @@ def load(
             )
     for line in lines if dtype == "auto" else ():
         progress(line)
-    if not path.is_file():
+    if not path.is_file() and dtype != "auto":  # `auto` set it already, from the timings it chose by
         from confkv.models.precision_choice import use_measured_row_kernel
 
         use_measured_row_kernel(model.config)  # bf16 decode rows through the kernel timed fastest here, if timed

@@ -143,15 +143,25 @@ def use_measured_row_kernel(config: Any) -> str | None:
     from confkv.models.gemv import set_row_kernel
 
     try:
-        timings = json.loads(cache_path(Shapes.from_config(config)).read_text())["timings"]
+        timings = _read_cache(cache_path(Shapes.from_config(config)))["timings"]
     except (OSError, ValueError, KeyError, AttributeError, TypeError):
         return None
     kernel = row_kernel_of(timings)
     if kernel is None:
         return None
     set_row_kernel(kernel)
-    measured = ", ".join(f"{k.removeprefix('row/')} {v:.2f} ms" for k, v in timings.items() if k.startswith("row/"))
-    return f"bf16 decode rows via {kernel} (one layer's rows: {measured}, measured here)"
+    return _row_line(kernel, timings)
+
+
+def _row_line(kernel: str, timings: Timings) -> str:
+    measured = ", ".join(f"{k.removeprefix('row/')} {v:.2f} ms" for k, v in sorted(timings.items())
+                         if k.startswith("row/"))  # fmt: skip
+    return f"bf16 decode rows via {kernel} (one layer's rows: {measured})"
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    """This machine's cached timings file (raises OSError / ValueError when absent or unreadable)."""
+    return json.loads(path.read_text())
 
 
 def cache_path(shapes: Shapes) -> Path:
@@ -167,7 +177,7 @@ def cached_timings(shapes: Shapes, progress: Callable[[str], None] = lambda _: N
     wanted = {f"{act}/{phase}/{form}" for phase in ("prefill", "decode") for act, form in _forms(phase)}
     wanted |= {"row/mv", "row/linear"}
     try:
-        data = json.loads(path.read_text())
+        data = _read_cache(path)
         if wanted <= set(data["timings"]):  # a newer registry's forms are measured anew
             return data["timings"], f"measured {data['date']} on {data['cpu']} (cached: {path})"
     except (OSError, ValueError, KeyError):
@@ -289,8 +299,7 @@ def choose(timings: Timings, shapes: Shapes, reasons: dict[str, str], source: st
                                                  if "/decode/" in k))  # fmt: skip
     kernel = row_kernel_of(timings)
     if kernel:
-        lines.append(f"  bf16 decode rows via {kernel}: " + ", ".join(
-            f"{k.removeprefix('row/')} {v:.2f} ms" for k, v in sorted(timings.items()) if k.startswith("row/")))
+        lines.append(f"  {_row_line(kernel, timings)}")
     return Choice(best[2], lines)
 
 

@@ -57,26 +57,36 @@ def form_output(form: str, x: torch.Tensor, w: torch.Tensor, calib_max: torch.Te
         return _dequant_rows(x) @ w.t()
     if form == "w8g128":
         return x @ _w8g(w).t()
-    if form.startswith("w8a8-sq"):
+    alpha = _smoothing_alpha(form)
+    if alpha is not None:
         if calib_max is None:
             raise ValueError(f"{form} needs calibration maxima (a calibration forward)")
-        alpha = float(form.removeprefix("w8a8-sq"))
-        if not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"{form}: alpha must be in [0, 1]")
         s = (calib_max.clamp_min(1e-5) ** alpha / w.abs().amax(0).clamp_min(1e-5) ** (1 - alpha)).clamp_min(1e-5)
         return _w8a8(x / s, w * s)
-    raise ValueError(f"unknown form {form!r}; expected one of {', '.join(BASE_FORMS)} or w8a8-sq<alpha>")
+    raise _unknown(form)
+
+
+def _unknown(form: str) -> ValueError:
+    return ValueError(f"unknown form {form!r}; expected {', '.join(BASE_FORMS)} or w8a8-sq<alpha in [0, 1]>")
+
+
+def _smoothing_alpha(form: str) -> float | None:
+    """alpha of a `w8a8-sq<alpha>` form, None for any other name; ValueError when alpha is not a number in [0, 1]."""
+    if not form.startswith("w8a8-sq"):
+        return None
+    text = form.removeprefix("w8a8-sq")
+    if not text.replace(".", "", 1).isdigit() or float(text) > 1.0:
+        raise _unknown(form)
+    return float(text)
 
 
 def check_forms(forms: tuple[str, ...]) -> None:
     """Raise ValueError on a form name `form_output` does not know (before any model is loaded)."""
-    for form in forms:
-        alpha = form.removeprefix("w8a8-sq")
-        if form in BASE_FORMS or (alpha != form and alpha.replace(".", "", 1).isdigit() and float(alpha) <= 1.0):
-            continue
-        raise ValueError(f"unknown form {form!r}; expected {', '.join(BASE_FORMS)} or w8a8-sq<alpha in [0, 1]>")
     if not forms:
         raise ValueError("no forms given")
+    for form in forms:
+        if form not in BASE_FORMS and _smoothing_alpha(form) is None:
+            raise _unknown(form)
 
 
 def form_errors(model: Any, ids: torch.Tensor, forms: tuple[str, ...] = BASE_FORMS,
@@ -84,7 +94,7 @@ def form_errors(model: Any, ids: torch.Tensor, forms: tuple[str, ...] = BASE_FOR
     """{form: {Linear name: relative error}} on the inputs a forward of `ids` gives each quantizable Linear (the
     model in fp32); the smoothed forms take their per-channel maxima from a forward of `calib_ids`."""
     check_forms(forms)
-    if any(f.startswith("w8a8-sq") for f in forms) and calib_ids is None:
+    if any(_smoothing_alpha(f) is not None for f in forms) and calib_ids is None:
         raise ValueError("smoothed forms need calib_ids (text other than the measured one)")
     calib = {n: x.abs().amax(0) for n, x in linear_inputs(model, calib_ids).items()} if calib_ids is not None else {}
     modules = dict(model.named_modules())
