@@ -238,8 +238,9 @@ def register(app: typer.Typer) -> None:
         dtype: str = dtype_option(),
         mode: str = typer.Option("free", "--mode", help="free (the agent decides) or forced (reference trajectory "
                                  "teacher-forced: per-policy NLL of actions and answers, runner.forced)"),
-        budgets: str = typer.Option(None, "--budgets", help="forced mode: comma-separated KV budgets in tokens "
-                                    "(matched in bytes), each evicting policy at each"),
+        budgets: str = typer.Option(None, "--budgets", help="comma-separated KV footprints in model-dtype tokens "
+                                    "per layer (INT8 counted in bytes), each evicting policy at each, labelled "
+                                    "name@budget; forced or free mode"),
     ) -> None:
         """Evaluate tasks x policies; resumable (finished episodes are skipped); prints a per-policy table."""
         from rich.console import Console
@@ -264,9 +265,12 @@ def register(app: typer.Typer) -> None:
             raise _usage_error("no tasks found")
         selected = selected[:limit] if limit else selected
         max_steps = max_steps or (10 if suite == "miniwob" else 30)
+        agent_dtype = _agent_dtype(dtype, int8, names, model)
+        if mode == "free" and budget_list:
+            names, built = _free_footprints(names, built, budget_list, model, agent_dtype)
         console = Console(stderr=True)
         settings = AgentSettings(model=model, policies=built, constrained=not free, reasoning=reasoning, int8=int8,
-                                 max_steps=max_steps, dtype=_agent_dtype(dtype, int8, names, model))  # fmt: skip
+                                 max_steps=max_steps, dtype=agent_dtype)  # fmt: skip
         progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             console=console)  # fmt: skip
         bar = progress.add_task("episodes", total=None)
@@ -300,8 +304,6 @@ def _budgets(mode: str, raw: str | None, names: list[str]) -> list[int]:
         raise _usage_error("--mode forced scores KV policies; drop 'scripted' from --policies")
     if raw is None:
         return []
-    if mode != "forced":
-        raise _usage_error("--budgets needs --mode forced")
     try:
         values = [int(b) for b in raw.split(",") if b.strip()]
     except ValueError:
@@ -309,6 +311,24 @@ def _budgets(mode: str, raw: str | None, names: list[str]) -> list[int]:
     if not values or min(values) < 16:
         raise _usage_error(f"--budgets values must be integers >= 16, got {raw!r}")
     return sorted(set(values))
+
+
+def _free_footprints(names: list[str], built: dict[str, Any], budgets: list[int], model: str,
+                     dtype: str) -> tuple[list[str], dict[str, Any]]:
+    """Free mode with `--budgets`: every evicting policy at every footprint, labelled and built exactly as the forced
+    mode builds them (`runner.footprint`), so a free run's `sliding-int8@180` is the forced run's."""
+    from confkv.models import model_config
+    from confkv.models.precision import get_precision
+    from runner.footprint import footprint_labels, slot_bytes
+
+    try:
+        slots = slot_bytes(model_config(model), get_precision(dtype).dtype.itemsize)
+    except (OSError, ValueError) as exc:
+        raise _usage_error(f"--budgets: {exc}") from None
+    labels = footprint_labels(built, budgets, slots)
+    expanded = [label for name in names for label, (_, base, _) in labels.items() if base == name] + \
+        [name for name in names if name not in built]  # `scripted` has no cache to budget
+    return expanded, {label: policy for label, (policy, _, _) in labels.items()}
 
 
 def _eval_forced(tasks: list[Any], names: list[str], settings: Any, db: Path, budgets: list[int], as_json: bool,

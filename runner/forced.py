@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.actions import Action, ActionParseError, RoleTarget, parse_action
 from agent.targets import to_labels
+from runner.footprint import at_footprint, footprint_labels, model_slot_bytes
 from runner.heap import trim_heap
 from traces.forced import BROKEN_PREFIX
 from traces.records import StepRecord
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
     from traces.store import TraceStore
 
 MAX_ANSWER_TOKENS = 48
-INT8_SCALE_BYTES = 4  # one fp32 scale per K and per V row of an INT8 slot (confkv.layer)
 
 
 class BrokenTrajectory(RuntimeError):
@@ -89,55 +89,19 @@ class Trajectory:
     answer: str | None = None
 
 
-# ---- budgets matched in bytes ---------------------------------------------------------------------------------------
-PRESET_BUDGET = 512  # the fixed baselines' budget in the presets: what a forced footprint stands for
-
-
-def _slot_bytes(model: Any) -> tuple[int, int]:
-    """Bytes of one token in one layer: model dtype (K+V), INT8 (K+V int8 + their fp32 scales); per KV head summed."""
-    cfg = model.config
-    heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    elt = next(model.parameters()).element_size()
-    return 2 * heads * dim * elt, 2 * heads * (dim + INT8_SCALE_BYTES)
-
-
+# ---- budgets matched in bytes (runner.footprint) -----------------------------------------------------------------
 def budget_policy(policy: KVPolicy, budget: int, model: Any) -> KVPolicy:
-    """`policy` at a footprint of `budget` model-dtype tokens per layer, in bytes: an INT8 policy keeps its
-    model-dtype window and as many INT8 tokens as the rest of the bytes buy. The footprint stands for the fixed
-    baselines' budget, 512 in the presets: a gated policy scales its own `n_low` / `n_high` by budget / 512 (confkv's
-    256 / 512 become half the budget and the budget; `confkv-turn-wide`'s 341 / 683, 2/3 and 4/3 of it). Protected
-    windows are clamped to half the smallest budget so every budget leaves room to evict."""
-    fp, q8 = _slot_bytes(model)
-    gated = policy.gate.gated
-    low, high = ((max(1, n * budget // PRESET_BUDGET) for n in (policy.gate.n_low, policy.gate.n_high)) if gated
-                 else (budget, budget))  # fmt: skip
-    room = max(1, (low - policy.protection.sinks) // 2)
-    values: dict[str, Any] = {"protect": min(policy.protection.protect, room)}
-    window = policy.storage.int8_after
-    if window is not None:
-        window = values["int8_after"] = min(window, room)
-
-    def tokens(b: int) -> int:
-        return b if window is None or b <= window else window + (b - window) * fp // q8
-
-    if gated:
-        values.update(n_high=tokens(high), n_low=tokens(low))
-    else:
-        values["budget"] = tokens(budget)
-    return policy.with_values(**values)
+    """`policy` at a footprint of `budget` model-dtype tokens per layer of the loaded `model`, in bytes
+    (`runner.footprint.at_footprint`)."""
+    return at_footprint(policy, budget, model_slot_bytes(model))
 
 
 def forced_specs(policies: Mapping[str, KVPolicy], budgets: Sequence[int], model: Any) -> list[ForcedSpec]:
     """Without budgets one spec per policy (name -> built policy, in order); with them, every evicting policy at
     every budget (`full` once)."""
-    out: list[ForcedSpec] = []
-    for name, policy in policies.items():
-        if not budgets or not policy.evicts:
-            out.append(ForcedSpec(name, policy, name))
-            continue
-        out += [ForcedSpec(f"{name}@{b}", budget_policy(policy, b, model), name, b) for b in budgets]
-    return out
+    slots = model_slot_bytes(model) if budgets else (0, 0)
+    return [ForcedSpec(label, policy, base, budget)
+            for label, (policy, base, budget) in footprint_labels(policies, budgets, slots).items()]  # fmt: skip
 
 
 # ---- the trajectory, replayed once per task in the browser ----------------------------------------------------------

@@ -12,6 +12,7 @@ from confkv.models.load import (
     list_models,
     load,
     load_for_inference,
+    model_config,
     model_dir,
     pull,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "list_models",
     "load",
     "load_for_inference",
+    "model_config",
     "model_dir",
     "pull",
 ]

@@ -239,6 +239,16 @@ def _config(path: Path) -> Any:
         return AutoConfig.from_pretrained(path, local_files_only=True)
 
 
+def model_config(name_or_path: str | os.PathLike[str], progress: Progress = no_progress) -> Any:
+    """A model's `transformers` config without its weights (a registry name is pulled on demand); a single `.gguf`
+    file has none to read apart from its weights: a clear `ValueError`."""
+    path = resolve(name_or_path, progress)
+    if not path.is_dir():
+        raise ValueError(f"model {os.fspath(name_or_path)!r} is a single file; its shapes are read only when it "
+                         f"loads: pass a model directory or a registry name")  # fmt: skip
+    return _config(path)
+
+
 def choose_precision(name: str, model: str | os.PathLike[str] | None = None,
                      progress: Progress = no_progress) -> tuple[str, list[str]]:
     """A precision name checked before any weights load: (the concrete name, lines saying why). `auto` is resolved

@@ -82,6 +82,39 @@ def test_eval_hands_the_runner_the_policies_built_once_with_their_overrides(monk
     assert policies["full"] == get_policy("full", {"n_low": 128, "tau": 0.4})  # --set applies to every policy
 
 
+def test_free_eval_at_a_footprint_builds_the_forced_modes_policies(monkeypatch, tmp_path):
+    """`eval --budgets` in free mode (retention at the frontier's bytes) must run the very policy the forced mode
+    scores under the same label."""
+    import runner.batch
+    from confkv.policies import get_policy
+    from confkv.testing import tiny_model
+    from runner.forced import budget_policy
+    from tests.tiny_chat import tiny_chat_tokenizer
+    from traces.summary import summarize
+
+    model, _ = tiny_model("qwen2")
+    model.save_pretrained(tmp_path / "m", safe_serialization=True)
+    tiny_chat_tokenizer().save_pretrained(tmp_path / "m")
+    seen = {}
+
+    def fake_run_batch(tasks, names, settings, db, **kw):
+        seen.update(names=names, settings=settings)
+        return None, summarize([])
+
+    monkeypatch.setattr(runner.batch, "run_batch", fake_run_batch)
+    result = _invoke(["eval", str(TASKS / "shopping_001.yaml"), "--policies", "full,sliding-int8,h2o,scripted",
+                      "--budgets", "64,96", "--model", str(tmp_path / "m"), "--dtype", "fp32",
+                      "--db", str(tmp_path / "t.sqlite"), "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert seen["names"] == ["full", "sliding-int8@64", "sliding-int8@96", "h2o@64", "h2o@96", "scripted"]
+    policies = seen["settings"].policies
+    assert policies["full"] == get_policy("full")
+    for label in ("sliding-int8@64", "h2o@96"):
+        name, budget = label.split("@")
+        assert policies[label] == budget_policy(get_policy(name), int(budget), model)
+    assert policies["sliding-int8@64"].budget > 64  # INT8 tokens past the window: more tokens for the same bytes
+
+
 def test_policy_errors_are_data_not_console_markup(tmp_path):
     for args in (["generate", "hi"], ["run", str(TASKS / "shopping_001.yaml"), "--db", str(tmp_path / "t.sqlite")]):
         result = _invoke([*args, "--set", "[red]x[/red]=1"])

@@ -185,7 +185,7 @@ def test_forced_decisions_agree_with_full_only_where_the_cache_keeps_the_pages(t
 
 @pytest.mark.parametrize("args, message", [
     (["--mode", "bogus"], "--mode must be free or forced"),
-    (["--budgets", "128"], "--budgets needs --mode forced"),
+    (["--budgets", "8"], "integers >= 16"),
     (["--mode", "forced", "--budgets", "12x"], "comma-separated integers"),
     (["--mode", "forced", "--policies", "scripted"], "drop 'scripted'"),
 ])  # fmt: skip

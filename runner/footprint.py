@@ -1,0 +1,72 @@
+"""KV budgets matched in bytes: every evicting policy at one footprint, so policies compare at equal memory.
+
+Why a module of its own: the trajectory-forced eval (`runner.forced`) and the free-running eval (`eval --budgets`
+in free mode, for success retention at the frontier's footprint) must build exactly the same policy for a label
+like `sliding-int8@180`, or the two experiments would not measure the same thing. A footprint of `budget` stands
+for `budget` model-dtype tokens per layer beyond the pins; INT8 storage is counted at its real size (an INT8 policy
+keeps more tokens for the same bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from confkv.policy import KVPolicy
+
+INT8_SCALE_BYTES = 4  # one fp32 scale per K and per V row of an INT8 slot (confkv.layer)
+PRESET_BUDGET = 512  # the fixed baselines' budget in the presets: what a forced footprint stands for
+
+
+def slot_bytes(config: Any, itemsize: int) -> tuple[int, int]:
+    """Bytes of one token in one layer for a model `config` whose KV is `itemsize`-byte floats: (model dtype K+V,
+    INT8 K+V plus their fp32 scales), summed over KV heads."""
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * heads * dim * itemsize, 2 * heads * (dim + INT8_SCALE_BYTES)
+
+
+def model_slot_bytes(model: Any) -> tuple[int, int]:
+    """`slot_bytes` of a loaded model (its first parameter's element size is its KV dtype's)."""
+    return slot_bytes(model.config, next(model.parameters()).element_size())
+
+
+def at_footprint(policy: KVPolicy, budget: int, slots: tuple[int, int]) -> KVPolicy:
+    """`policy` at a footprint of `budget` model-dtype tokens per layer, in bytes (`slots` from `slot_bytes`): an
+    INT8 policy keeps its model-dtype window and as many INT8 tokens as the rest of the bytes buy. The footprint
+    stands for the fixed baselines' budget, 512 in the presets: a gated policy scales its own `n_low` / `n_high` by
+    budget / 512 (confkv's 256 / 512 become half the budget and the budget; `confkv-turn-wide`'s 341 / 683, 2/3 and
+    4/3 of it). Protected windows are clamped to half the smallest budget so every budget leaves room to evict."""
+    fp, q8 = slots
+    gated = policy.gate.gated
+    low, high = ((max(1, n * budget // PRESET_BUDGET) for n in (policy.gate.n_low, policy.gate.n_high)) if gated
+                 else (budget, budget))  # fmt: skip
+    room = max(1, (low - policy.protection.sinks) // 2)
+    values: dict[str, Any] = {"protect": min(policy.protection.protect, room)}
+    window = policy.storage.int8_after
+    if window is not None:
+        window = values["int8_after"] = min(window, room)
+
+    def tokens(b: int) -> int:
+        return b if window is None or b <= window else window + (b - window) * fp // q8
+
+    if gated:
+        values.update(n_high=tokens(high), n_low=tokens(low))
+    else:
+        values["budget"] = tokens(budget)
+    return policy.with_values(**values)
+
+
+def footprint_labels(policies: Mapping[str, KVPolicy], budgets: Sequence[int],
+                     slots: tuple[int, int]) -> dict[str, tuple[KVPolicy, str, int | None]]:
+    """label -> (policy, base name, budget): without budgets every policy as it is; with them every evicting policy
+    at every budget (`sliding@128`, `sliding@256`), a policy that never evicts (`full`) once, under its own name."""
+    out: dict[str, tuple[KVPolicy, str, int | None]] = {}
+    for name, policy in policies.items():
+        if not budgets or not policy.evicts:
+            out[name] = (policy, name, None)
+            continue
+        for b in budgets:
+            out[f"{name}@{b}"] = (at_footprint(policy, b, slots), name, b)
+    return out
