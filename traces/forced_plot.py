@@ -5,25 +5,43 @@ Why these axes: a policy is only better than another at equal memory, so x is th
 episode's model calls relative to `full`'s on the same tasks (INT8 counted at its size), one point per label
 (`policy@budget` in a sweep), one line per base policy; y is the decision agreement with `full` (top row) and the
 answer ΔNLL vs `full` (bottom row); long- and short-memory tasks apart (left, right). Points average the tasks
-every label finished (`common_tasks`), so a point never moves because it saw easier tasks.
+every label finished (`common_tasks`), so a point never moves because it saw easier tasks; whiskers are the paired
+bootstrap 95% interval over those tasks of each label against `full` (`traces.paired.bootstrap_ci`, the tables'
+intervals), and each panel says how many tasks it averages. Whether two labels differ is not read off overlapping
+whiskers but off the head-to-head table (the interval of their paired difference). Labels at the same memory are
+drawn a hair apart (`DODGE` of the x axis each) so their whiskers stay visible.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
 from traces.forced import common_tasks, decision_agreement, paired_with_full
+from traces.paired import bootstrap_ci
 from traces.plots import policy_colors, save_figure
 
 SPANS = ("long", "short")
+DODGE = 0.006  # horizontal offset between bases, a drawing aid only (points keep their x in `frontier_points`)
 
 
-def frontier_points(rows: Sequence[Mapping[str, Any]], metric: str, span: str) -> dict[str, list[tuple[float, float]]]:
-    """base policy -> sorted (mean KV vs full, mean metric) points, one per label; `metric` is `agreement` (decision
-    agreement with full) or `answer_dnll` (answer NLL minus full's)."""
+@dataclass(frozen=True)
+class FrontierPoint:
+    """One label on the frontier: memory (x) and the metric's mean (y) with its interval over `tasks` tasks."""
+
+    x: float
+    y: float
+    lo: float
+    hi: float
+    tasks: int
+
+
+def frontier_points(rows: Sequence[Mapping[str, Any]], metric: str, span: str) -> dict[str, list[FrontierPoint]]:
+    """base policy -> points sorted by memory, one per label; `metric` is `agreement` (decision agreement with full)
+    or `answer_dnll` (answer NLL minus full's)."""
     by_label: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for r, b in paired_with_full(common_tasks(rows)):
         if r["memory_span"] != span or not b["mean_kv_bytes"]:
@@ -37,11 +55,13 @@ def frontier_points(rows: Sequence[Mapping[str, Any]], metric: str, span: str) -
         if y is not None:
             by_label.setdefault((r["base_policy"] or r["policy"], r["policy"]), []).append(
                 (r["mean_kv_bytes"], b["mean_kv_bytes"], y))
-    out: dict[str, list[tuple[float, float]]] = {}
+    out: dict[str, list[FrontierPoint]] = {}
     for (base, _label), vals in by_label.items():
-        x = sum(v[0] for v in vals) / sum(v[1] for v in vals)
-        out.setdefault(base, []).append((x, fmean(v[2] for v in vals)))
-    return {k: sorted(v) for k, v in out.items()}
+        ys = [v[2] for v in vals]
+        lo, hi = bootstrap_ci(ys) or (ys[0], ys[0])
+        out.setdefault(base, []).append(FrontierPoint(sum(v[0] for v in vals) / sum(v[1] for v in vals), fmean(ys),
+                                                      lo, hi, len(ys)))  # fmt: skip
+    return {k: sorted(v, key=lambda p: p.x) for k, v in out.items()}
 
 
 def plot_frontier(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
@@ -56,8 +76,12 @@ def plot_frontier(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     for i, metric in enumerate(("agreement", "answer_dnll")):
         for j, span in enumerate(SPANS):
             ax = fig.add_subplot(2, 2, 2 * i + j + 1)
-            for base, xy in panels[(metric, span)].items():
-                ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o", color=colors[base], label=base)
+            tasks, bases = 0, panels[(metric, span)]
+            for k, (base, points) in enumerate(bases.items()):
+                shift = 0.0 if base == "full" else (k - (len(bases) - 1) / 2) * DODGE
+                ax.errorbar([p.x + shift for p in points], [p.y for p in points], capsize=3, marker="o",
+                            color=colors[base], label=base, yerr=[[p.y - p.lo for p in points], [p.hi - p.y for p in points]])  # fmt: skip
+                tasks = max([tasks, *(p.tasks for p in points)])
             if metric == "agreement":
                 ax.set_ylabel("decisions equal to full's")
                 ax.set_ylim(-0.02, 1.02)
@@ -65,7 +89,7 @@ def plot_frontier(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
                 ax.axhline(0, color="grey", lw=0.8, ls=":")
                 ax.set_ylabel("answer ΔNLL vs full (nats/token)")
             ax.set_xlabel("mean resident KV bytes / full's")
-            ax.set_title(f"{span}-memory tasks")
+            ax.set_title(f"{span}-memory tasks ({tasks} with every label; 95% intervals)")
             ax.grid(alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8)

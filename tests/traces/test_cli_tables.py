@@ -205,3 +205,27 @@ def test_miniwob_bad_input_is_one_line(miniwob_db: tuple[Path, dict[str, int]], 
     text.write_text("not a database\n")
     result = runner.invoke(app, ["traces", "forced-table", "--db", str(text)])
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+
+
+def test_frontier_points_carry_the_tables_interval_and_task_count(tmp_path: Path) -> None:
+    """Each plotted point is the paired mean over the tasks every label finished, with the bootstrap interval the
+    tables print, so overlapping whiskers read as not told apart."""
+    from traces.forced import forced_rows
+    from traces.forced_plot import frontier_points
+    from traces.paired import bootstrap_ci
+
+    path = tmp_path / "f.sqlite"
+    deltas = [0.5, 0.1, 0.3, 0.9]
+    with TraceStore(path) as store:
+        runs = {p: store.start_run("tiny", p, {"name": p}, mode="forced", git_revision=None, machine=None)
+                for p in ("full", "sliding@64")}  # fmt: skip
+        for i, d in enumerate(deltas):
+            _forced(store, runs["full"], str(i), action=0.5, answer=1.0, peak=4 * 2**20)
+            _forced(store, runs["sliding@64"], str(i), action=0.6, answer=1.0 + d, peak=2**20)
+        rows = forced_rows(store.db)
+    points = frontier_points(rows, "answer_dnll", "long")
+    (full,), (sliding,) = points["full"], points["sliding"]
+    assert (full.x, full.y, full.lo, full.hi, full.tasks) == (1.0, 0.0, 0.0, 0.0, 4)
+    assert sliding.x == 0.25 and sliding.tasks == 4 and abs(sliding.y - sum(deltas) / 4) < 1e-9
+    assert (sliding.lo, sliding.hi) == pytest.approx(bootstrap_ci(deltas)) and sliding.lo < sliding.y < sliding.hi
+    assert frontier_points(rows, "answer_dnll", "short") == {}
