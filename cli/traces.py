@@ -286,12 +286,15 @@ def forced_table_command(
                                              "(e.g. the tasks a threshold was read off: a held-out comparison)."),
     png: Path | None = typer.Option(None, "--png", help="Also draw the frontier of the rows shown (decision agreement "
                                     "and answer ΔNLL vs mean KV bytes, over the tasks every label finished) here."),
+    dtype: str | None = typer.Option(None, "--dtype", help="Only rows scored at this resolved precision (e.g. fp32, "
+                                     "fp32-bf16-bf16). Rows pair within a precision; tasks scored at one precision "
+                                     "each are pooled, a task scored at two needs this choice."),
 ) -> None:
     """Trajectory-forced results as Markdown: per policy label, then per task (the tables of
     docs/results/forced-*.md), then the head-to-head questions (confkv vs sliding, h2o, random; gate vs gate off;
     recall) where both labels ran, then how much of each earlier turn was resident at the decisions a policy lost."""
     from traces.fmt import terminal_safe
-    from traces.forced import common_tasks, forced_markdown, forced_rows
+    from traces.forced import common_tasks, forced_markdown, forced_rows, tasks_in_several_precisions
     from traces.forced_compare import question_lines
     from traces.forced_dropped import dropped_lines
 
@@ -314,9 +317,25 @@ def forced_table_command(
             raise _fail(f"no forced results for task {terminal_safe(unknown[0])} in {db}")
         rows = [r for r in rows if (only is None or str(r["task_id"]) in only)
                 and (left_out is None or str(r["task_id"]) not in left_out)]  # fmt: skip
+    if dtype is not None:
+        have = sorted({str(r["precision"]) for r in rows})
+        rows = [r for r in rows if r["precision"] == dtype]
+        if not rows:
+            raise _fail(f"no forced results at precision {_label(dtype)} in {db}; it has: "
+                        f"{terminal_safe(', '.join(have)) or 'none'}")  # fmt: skip
+    mixed = tasks_in_several_precisions(rows)
+    if mixed:
+        task, names = next(iter(mixed.items()))
+        raise _fail(terminal_safe(f"task {task} was scored at {' and '.join(names)} ({len(mixed)} such tasks): "
+                                  f"pass --dtype to show one precision"))  # fmt: skip
     if not rows:
         typer.echo(f"no finished forced episodes in {db}")
         return
+    precisions = sorted({str(r["precision"]) for r in rows})
+    if len(precisions) > 1:
+        counts = {p: len({r["task_id"] for r in rows if str(r["precision"]) == p}) for p in precisions}
+        typer.echo(terminal_safe("precisions pooled (each task at one; pairs within a precision): "
+                                 + ", ".join(f"{p} ({n} tasks)" for p, n in counts.items())) + "\n")  # fmt: skip
     shown = common_tasks(rows) if common else rows
     typer.echo(forced_markdown(shown))
     heads = question_lines(shown)

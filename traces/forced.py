@@ -81,18 +81,19 @@ def forced_rows(db: sqlite_utils.Database, run_ids: Iterable[int] | None = None)
         ids = list(run_ids)
         where += f" and e.run_id in ({','.join('?' * len(ids))})" if ids else " and 0"
         params += ids
-    sql = (f"select e.id as eid, e.task_id as etask, e.policy as epolicy, e.status, e.error, e.gate_open_rate, f.* "
-           f"from episodes e "
+    sql = (f"select e.id as eid, e.task_id as etask, e.policy as epolicy, e.status, e.error, e.gate_open_rate, "
+           f"r.policy_config as run_config, f.* from episodes e "
            f"join runs r on r.id = e.run_id left join forced_results f on f.episode_id = e.id "
            f"where {where} and e.status in ('done', 'error') order by e.id")  # fmt: skip
-    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    latest: dict[tuple[str, str, str | None], dict[str, Any]] = {}
     for row in db.query(sql, params):
-        key = (row["epolicy"], row["etask"])
+        precision = run_precision(row.pop("run_config"))
+        key = (row["epolicy"], row["etask"], precision)
         if row["status"] == "done" and row["episode_id"] is not None:
-            latest[key] = {**row, "broken": None}
+            latest[key] = {**row, "broken": None, "precision": precision}
         elif row["status"] == "error" and (row["error"] or "").startswith(BROKEN_PREFIX):
             if key not in latest or latest[key]["broken"]:
-                latest[key] = {"policy": row["epolicy"], "task_id": row["etask"],
+                latest[key] = {"policy": row["epolicy"], "task_id": row["etask"], "precision": precision,
                                "broken": row["error"][len(BROKEN_PREFIX):]}  # fmt: skip
     rows = list(latest.values())
     keys = _trajectory_keys(db, [r["episode_id"] for r in rows if not r["broken"]])
@@ -100,6 +101,25 @@ def forced_rows(db: sqlite_utils.Database, run_ids: Iterable[int] | None = None)
         if not r["broken"]:
             r["trajectory_key"], r["trajectory_canonical"] = keys.get(r["episode_id"], (None, False))
     return rows
+
+
+def run_precision(config_json: str | None) -> str | None:
+    """The agent's precision (`--dtype`, resolved) a run's rows were scored at; None for a run that did not record
+    it. Rows pair only within one precision: the model's numbers differ between precisions, not only the cache's."""
+    try:
+        agent = json.loads(config_json or "{}").get("agent")
+    except (ValueError, AttributeError):
+        return None
+    return agent.get("dtype") if isinstance(agent, dict) else None
+
+
+def tasks_in_several_precisions(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """task id -> its precisions, for the tasks scored at more than one: such rows cannot be pooled (one task
+    would count twice), a table must pick one precision."""
+    seen: dict[str, set[str]] = {}
+    for r in rows:
+        seen.setdefault(str(r["task_id"]), set()).add(str(r.get("precision")))
+    return {task: sorted(p) for task, p in seen.items() if len(p) > 1}
 
 
 _ORIGIN = re.compile(r"http://127\.0\.0\.1:\d+")
@@ -141,11 +161,13 @@ def same_trajectory(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 
 def paired_with_full(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
-    """(row, `full`'s row of its task) for every unbroken row replayed on the same trajectory as that `full` row
-    (`full`'s own rows included, paired with themselves): the pairs every delta and agreement is taken over."""
-    base = {r["task_id"]: r for r in rows if r["policy"] == BASELINE and not r["broken"]}
-    return [(r, base[r["task_id"]]) for r in rows
-            if not r["broken"] and r["task_id"] in base and same_trajectory(base[r["task_id"]], r)]  # fmt: skip
+    """(row, `full`'s row of its task at its precision) for every unbroken row replayed on the same trajectory as
+    that `full` row (`full`'s own rows included, paired with themselves): the pairs every delta and agreement is
+    taken over."""
+    base = {(r["task_id"], r.get("precision")): r for r in rows if r["policy"] == BASELINE and not r["broken"]}
+    return [(r, b) for r in rows
+            if not r["broken"] and (b := base.get((r["task_id"], r.get("precision")))) is not None
+            and same_trajectory(b, r)]  # fmt: skip
 
 
 @dataclass(frozen=True)

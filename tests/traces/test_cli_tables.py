@@ -229,3 +229,42 @@ def test_frontier_points_carry_the_tables_interval_and_task_count(tmp_path: Path
     assert sliding.x == 0.25 and sliding.tasks == 4 and abs(sliding.y - sum(deltas) / 4) < 1e-9
     assert (sliding.lo, sliding.hi) == pytest.approx(bootstrap_ci(deltas)) and sliding.lo < sliding.y < sliding.hi
     assert frontier_points(rows, "answer_dnll", "short") == {}
+
+
+def test_forced_rows_pair_only_within_one_precision(tmp_path: Path) -> None:
+    """A task scored at two precisions is two experiments: the table asks which one, and a policy's row never pairs
+    with `full`'s row of another precision."""
+    from traces.forced import forced_rows, paired_with_full
+
+    path = tmp_path / "p.sqlite"
+    with TraceStore(path) as store:
+        runs = {(p, d): store.start_run("tiny", p, {"name": p, "agent": {"dtype": d}}, mode="forced",
+                                        git_revision=None, machine=None)
+                for p in ("full", "sliding@64") for d in ("fp32", "fp32-bf16-bf16")}  # fmt: skip
+        _forced(store, runs[("full", "fp32")], "1", action=0.5, answer=1.0)
+        _forced(store, runs[("sliding@64", "fp32")], "1", action=0.6, answer=1.5)
+        _forced(store, runs[("full", "fp32-bf16-bf16")], "1", action=0.5, answer=1.25)
+        _forced(store, runs[("sliding@64", "fp32-bf16-bf16")], "1", action=0.6, answer=2.0)
+        _forced(store, runs[("sliding@64", "fp32-bf16-bf16")], "2", action=0.6, answer=2.0)
+        _forced(store, runs[("full", "fp32")], "2", action=0.5, answer=1.0)
+        for task, d in (("3", "fp32-bf16-bf16"), ("4", "fp32")):  # one precision each: these pool
+            _forced(store, runs[("full", d)], task, action=0.5, answer=1.0)
+            _forced(store, runs[("sliding@64", d)], task, action=0.6, answer=1.5)
+        rows = [r for r in forced_rows(store.db) if r["task_id"] in ("1", "2")]
+    assert len(rows) == 6  # one row per (label, task, precision): the later precision does not replace the earlier
+    pairs = {(r["policy"], r["task_id"], r["precision"]): r["answer_nll"] - b["answer_nll"]
+             for r, b in paired_with_full(rows)}  # fmt: skip
+    assert pairs[("sliding@64", "1", "fp32")] == 0.5 and pairs[("sliding@64", "1", "fp32-bf16-bf16")] == 0.75
+    assert ("sliding@64", "2", "fp32-bf16-bf16") not in pairs  # full ran task 2 at fp32 only
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(path)])
+    assert result.exit_code == 1 and "task 1 was scored at fp32 and fp32-bf16-bf16" in result.output
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(path), "--dtype", "fp32"])
+    assert result.exit_code == 0, result.output
+    assert _table(result.output, "policy")[("sliding@64",)][1] == "2"  # tasks 1 and 4 at fp32
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(path), "--tasks", "3,4"])
+    assert result.exit_code == 0, result.output
+    assert "precisions pooled (each task at one; pairs within a precision): fp32 (1 tasks), fp32-bf16-bf16 (1 tasks)" \
+        in result.output
+    assert _table(result.output, "policy")[("sliding@64",)][1] == "2"
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(path), "--dtype", "int4"])
+    assert result.exit_code == 1 and "it has: fp32, fp32-bf16-bf16" in result.output
