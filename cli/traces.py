@@ -268,95 +268,6 @@ def compare_command(
         typer.echo(compare_markdown(pairs))
 
 
-def _label(text: str) -> str:
-    """A user-typed label inside an error line: short, and as its repr, so a control character is shown, not
-    obeyed."""
-    return repr(text if len(text) <= 40 else f"{text[:40]}...")
-
-
-def forced_table_command(
-    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
-    policies: str | None = typer.Option(None, "--policies", help="Only these policy labels, comma-separated "
-                                        "(e.g. full,confkv@512)."),
-    common: bool = typer.Option(False, "--common", help="Only the tasks every kept label finished unbroken, so "
-                                "absolute figures (NLL, KV MiB) average the same tasks."),
-    run: list[int] = typer.Option(None, "--run", help="Only these run ids (repeatable)."),
-    tasks: str | None = typer.Option(None, "--tasks", help="Only these task ids, comma-separated."),
-    exclude_tasks: str | None = typer.Option(None, "--exclude-tasks", help="Leave out these task ids, comma-separated "
-                                             "(e.g. the tasks a threshold was read off: a held-out comparison)."),
-    png: Path | None = typer.Option(None, "--png", help="Also draw the frontier of the rows shown (decision agreement "
-                                    "and answer ΔNLL vs mean KV bytes, over the tasks every label finished) here."),
-    dtype: str | None = typer.Option(None, "--dtype", help="Only rows scored at this resolved precision (e.g. fp32, "
-                                     "fp32-bf16-bf16). Rows pair within a precision; tasks scored at one precision "
-                                     "each are pooled, a task scored at two needs this choice."),
-) -> None:
-    """Trajectory-forced results as Markdown: per policy label, then per task (the tables of
-    docs/results/forced-*.md), then the head-to-head questions (confkv vs sliding, h2o, random; gate vs gate off;
-    recall) where both labels ran, then how much of each earlier turn was resident at the decisions a policy lost."""
-    from traces.fmt import terminal_safe
-    from traces.forced import common_tasks, forced_markdown, forced_rows, tasks_in_several_precisions
-    from traces.forced_compare import question_lines
-    from traces.forced_dropped import dropped_lines
-
-    run_ids = _ids(run, "run", db)
-    with _open(db) as store:
-        rows = forced_rows(store.db, run_ids)
-    if policies is not None:
-        keep = [p.strip() for p in policies.split(",") if p.strip()]
-        have = {r["policy"] for r in rows}
-        missing = [p for p in keep if p not in have]
-        if not keep or missing:
-            raise _fail(f"no forced results for policy {_label(missing[0] if missing else policies)} in {db}; "
-                        f"it has: {terminal_safe(', '.join(sorted(have))) or 'none'}")  # fmt: skip
-        rows = [r for r in rows if r["policy"] in keep]
-    only, left_out = _task_ids(tasks), _task_ids(exclude_tasks)
-    if only is not None or left_out is not None:
-        have_tasks = {str(r["task_id"]) for r in rows}
-        unknown = sorted((only or set()) - have_tasks)
-        if unknown:
-            raise _fail(f"no forced results for task {terminal_safe(unknown[0])} in {db}")
-        rows = [r for r in rows if (only is None or str(r["task_id"]) in only)
-                and (left_out is None or str(r["task_id"]) not in left_out)]  # fmt: skip
-    if dtype is not None:
-        have = sorted({str(r["precision"]) for r in rows})
-        rows = [r for r in rows if r["precision"] == dtype]
-        if not rows:
-            raise _fail(f"no forced results at precision {_label(dtype)} in {db}; it has: "
-                        f"{terminal_safe(', '.join(have)) or 'none'}")  # fmt: skip
-    mixed = tasks_in_several_precisions(rows)
-    if mixed:
-        task, names = next(iter(mixed.items()))
-        raise _fail(terminal_safe(f"task {task} was scored at {' and '.join(names)} ({len(mixed)} such tasks): "
-                                  f"pass --dtype to show one precision"))  # fmt: skip
-    if not rows:
-        typer.echo(f"no finished forced episodes in {db}")
-        return
-    precisions = sorted({str(r["precision"]) for r in rows})
-    if len(precisions) > 1:
-        counts = {p: len({r["task_id"] for r in rows if str(r["precision"]) == p}) for p in precisions}
-        typer.echo(terminal_safe("precisions pooled (each task at one; pairs within a precision): "
-                                 + ", ".join(f"{p} ({n} tasks)" for p, n in counts.items())) + "\n")  # fmt: skip
-    shown = common_tasks(rows) if common else rows
-    typer.echo(forced_markdown(shown))
-    heads = question_lines(shown)
-    if heads:
-        typer.echo("\n" + "\n".join(heads))
-    dropped = dropped_lines(shown)
-    if dropped:
-        typer.echo("\n" + "\n".join(dropped))
-    if png is not None:
-        from traces.forced_plot import plot_frontier
-
-        try:
-            typer.echo(f"wrote {plot_frontier(shown, png)}", err=True)
-        except (ValueError, OSError) as exc:
-            raise _fail(f"--png {png}: {exc}") from None
-
-
-def _task_ids(text: str | None) -> set[str] | None:
-    return None if text is None else {t.strip() for t in text.split(",") if t.strip()}
-
-
 def miniwob_command(
     run: list[int] = typer.Option(..., "--run", help="Run ids of an `eval --suite miniwob`, one per policy "
                                   "(repeatable; `traces ls` shows them)."),
@@ -391,6 +302,7 @@ def miniwob_command(
 def register(app: typer.Typer) -> None:
     """Add the `traces` group, `replay` and `report` to the root app."""
     from cli.traces_confidence import confidence_command
+    from cli.traces_forced import forced_table_command
     from cli.traces_retention import retention_command
 
     traces_app = typer.Typer(help="Inspect recorded episodes.", no_args_is_help=True)
