@@ -11,6 +11,7 @@ import typer
 if TYPE_CHECKING:
     from traces.store import TraceStore
 
+DB_HELP = "Trace database (SQLite) written by `run` / `eval`."
 MAX_ID = 2**63 - 1  # SQLite's INTEGER: a larger run or episode id cannot exist (and cannot even be a query parameter)
 
 

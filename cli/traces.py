@@ -12,11 +12,8 @@ from typing import Any
 
 import typer
 
-from cli.trace_db import MAX_ID, _fail, _ids, _no_such, _open
+from cli.trace_db import DB_HELP, MAX_ID, _fail, _ids, _no_such, _open
 from traces import DEFAULT_DB_PATH
-
-_DB_HELP = "Trace database (SQLite) written by `run` / `eval`."
-
 
 _LS_COLUMNS = (
     "id",
@@ -54,7 +51,7 @@ def _episode_row(ep: dict[str, Any]) -> list[str]:
 
 
 def ls_command(
-    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=DB_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the episodes as a JSON list."),
     run: list[int] = typer.Option(None, "--run", help="Only these run ids (repeatable)."),
     policy: str | None = typer.Option(None, "--policy", help="Only this policy."),
@@ -103,7 +100,7 @@ def ls_command(
 
 
 def summary_command(
-    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=DB_HELP),
     run: list[int] = typer.Option(None, "--run", help="Only these run ids (repeatable)."),
     model: str | None = typer.Option(None, "--model", help="Only runs of this model."),
     as_json: bool = typer.Option(False, "--json", help="Print {policies: {name: {...}}} as JSON."),
@@ -132,7 +129,7 @@ def summary_command(
 
 def replay_command(
     episode_id: int = typer.Argument(..., help="Episode id (see `confkv-agent traces ls`)."),
-    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=DB_HELP),
     step: int | None = typer.Option(None, "--step", help="Show only this step (0-based)."),
     full_observation: bool = typer.Option(False, "--full-observation", help="Print whole observations."),
     observation_lines: int = typer.Option(12, "--observation-lines", min=0, help="Observation lines per step."),
@@ -160,7 +157,7 @@ def replay_command(
 
 def report_command(
     out: Path = typer.Option(..., "--out", help="Directory for the PNG files (created if missing)."),
-    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=DB_HELP),
     episode: list[int] = typer.Option(
         None, "--episode", help="Episodes for confidence/budget plots (repeatable; default: the latest of each policy)."
     ),
@@ -185,7 +182,7 @@ def report_command(
         typer.echo(str(path))
 
 
-def browse_command(db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP)) -> None:
+def browse_command(db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=DB_HELP)) -> None:
     """Browse runs, episodes and steps in a terminal app (plot of the whole episode, side-by-side compare)."""
     _open(db).close()  # a missing or foreign file is the usual one-line error, before the screen switches
     try:
@@ -197,7 +194,7 @@ def browse_command(db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HEL
 
 
 def breakdown_command(
-    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=DB_HELP),
     tasks: list[Path] = typer.Option(None, "--tasks", help="Task files or folders the episodes ran (default: tasks/)."),
     run: list[int] = typer.Option(None, "--run", help="Only these run ids (repeatable)."),
     model: str | None = typer.Option(None, "--model", help="Only runs of this model."),
@@ -243,7 +240,7 @@ def _run_spec(spec: str, db: Path) -> tuple[Path, int]:
 def compare_command(
     old: str = typer.Argument(..., help="The older run: RUN_ID (of --db) or DB_PATH:RUN_ID."),
     new: str = typer.Argument(..., help="The newer run: RUN_ID (of --db) or DB_PATH:RUN_ID."),
-    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=DB_HELP),
     policy: str = typer.Option("full", "--policy", help="Compare the episodes of this KV policy."),
     as_json: bool = typer.Option(False, "--json", help="Print the pairs as JSON."),
 ) -> None:
@@ -271,7 +268,7 @@ def compare_command(
 def miniwob_command(
     run: list[int] = typer.Option(..., "--run", help="Run ids of an `eval --suite miniwob`, one per policy "
                                   "(repeatable; `traces ls` shows them)."),
-    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=DB_HELP),
     out: Path | None = typer.Option(None, "--out", help="Also write the results as JSON to this file."),
 ) -> None:
     """Per-task MiniWoB++ success, policy beside policy, on the (task, seed) pairs every policy finished: Wilson

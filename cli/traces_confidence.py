@@ -7,11 +7,12 @@ from pathlib import Path
 
 import typer
 
+from cli.trace_db import DB_HELP
 from traces import DEFAULT_DB_PATH
 
 
 def confidence_command(
-    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help="Trace database (SQLite) written by `run` / `eval`."),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=DB_HELP),
     run: list[int] = typer.Option(..., "--run", help="Run ids whose episodes are read (repeatable)."),
     tau: float = typer.Option(0.5, "--tau", min=0.0, max=1.0, help="The threshold to draw and count against."),
     png: Path | None = typer.Option(None, "--png", help="Also draw the histograms here."),

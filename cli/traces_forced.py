@@ -7,10 +7,8 @@ from pathlib import Path
 
 import typer
 
-from cli.trace_db import _fail, _ids, _open
+from cli.trace_db import DB_HELP, _fail, _ids, _open
 from traces import DEFAULT_DB_PATH
-
-_DB_HELP = "Trace database (SQLite) written by `run` / `eval`."
 
 
 def _label(text: str) -> str:
@@ -20,7 +18,7 @@ def _label(text: str) -> str:
 
 
 def forced_table_command(
-    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=_DB_HELP),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=DB_HELP),
     policies: str | None = typer.Option(None, "--policies", help="Only these policy labels, comma-separated "
                                         "(e.g. full,confkv@512)."),
     common: bool = typer.Option(False, "--common", help="Only the tasks every kept label finished unbroken, so "

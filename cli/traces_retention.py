@@ -7,13 +7,14 @@ from pathlib import Path
 
 import typer
 
+from cli.trace_db import DB_HELP
 from traces import DEFAULT_DB_PATH
 
 TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
 
 
 def retention_command(
-    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help="Trace database (SQLite) written by `run` / `eval`."),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=DB_HELP),
     run: list[int] = typer.Option(..., "--run", help="Free-running run ids, `full`'s among them (repeatable)."),
     tasks: Path | None = typer.Option(None, "--tasks", help="Task files (a directory): tasks whose reference is N/A "
                                       "are marked, their passes being no evidence of skill [the repository's tasks/]"),  # fmt: skip
