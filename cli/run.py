@@ -318,11 +318,10 @@ def _free_footprints(names: list[str], built: dict[str, Any], budgets: list[int]
     """Free mode with `--budgets`: every evicting policy at every footprint, labelled and built exactly as the forced
     mode builds them (`runner.footprint`), so a free run's `sliding-int8@180` is the forced run's."""
     from confkv.models import model_config
-    from confkv.models.precision import get_precision
-    from runner.footprint import footprint_labels, slot_bytes
+    from runner.footprint import footprint_labels, footprint_slots
 
     try:
-        slots = slot_bytes(model_config(model), get_precision(dtype).dtype.itemsize)
+        slots = footprint_slots(model_config(model), dtype)
     except (OSError, ValueError) as exc:
         raise _usage_error(f"--budgets: {exc}") from None
     labels = footprint_labels(built, budgets, slots)

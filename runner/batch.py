@@ -136,6 +136,7 @@ def run_forced_batch(
     """`eval --mode forced` (see `runner.forced`): load the model once, serve the tasks' sites, score every
     unfinished (task, policy[, budget]); returns (run id per label, the forced summary of those runs)."""
     from envs.server import Sites
+    from runner.footprint import footprint_slots
     from runner.forced import forced_specs, run_forced
     from traces.leases import LeaseKeeper
     from traces.store import TraceStore
@@ -146,7 +147,8 @@ def run_forced_batch(
     from confkv.models import load_for_inference
 
     model, tokenizer = load_for_inference(settings.model, settings.dtype, settings.int8)
-    specs = forced_specs({name: settings.kv_policy(name) for name in policies}, budgets, model)
+    specs = forced_specs({name: settings.kv_policy(name) for name in policies}, budgets,
+                         footprint_slots(model.config, settings.dtype))
     agent = {"constrained": settings.constrained, "reasoning": settings.reasoning, "int8": settings.int8,
              "dtype": settings.dtype, **agent_identity(settings.reasoning)}  # fmt: skip
     with TraceStore(db) as store, Sites(sorted({n for t in tasks for n in t.sites})) as sites:

@@ -27,9 +27,13 @@ def slot_bytes(config: Any, itemsize: int) -> tuple[int, int]:
     return 2 * heads * dim * itemsize, 2 * heads * (dim + INT8_SCALE_BYTES)
 
 
-def model_slot_bytes(model: Any) -> tuple[int, int]:
-    """`slot_bytes` of a loaded model (its first parameter's element size is its KV dtype's)."""
-    return slot_bytes(model.config, next(model.parameters()).element_size())
+def footprint_slots(config: Any, precision: str) -> tuple[int, int]:
+    """`slot_bytes` of a model `config` run at `precision` (a concrete name, not `auto`): the cache stores K and V
+    in the precision's activation dtype, the dtype the model is loaded in. The one source of a footprint's element
+    size, read before the model loads (free mode) and after (forced mode), so the two modes cannot disagree."""
+    from confkv.models.precision import get_precision
+
+    return slot_bytes(config, get_precision(precision).dtype.itemsize)
 
 
 def at_footprint(policy: KVPolicy, budget: int, slots: tuple[int, int]) -> KVPolicy:

@@ -58,7 +58,7 @@ def frontier_points(rows: Sequence[Mapping[str, Any]], metric: str, span: str) -
     out: dict[str, list[FrontierPoint]] = {}
     for (base, _label), vals in by_label.items():
         ys = [v[2] for v in vals]
-        lo, hi = bootstrap_ci(ys) or (ys[0], ys[0])
+        lo, hi = bootstrap_ci(ys)  # never None: a label is added with its first value
         out.setdefault(base, []).append(FrontierPoint(sum(v[0] for v in vals) / sum(v[1] for v in vals), fmean(ys),
                                                       lo, hi, len(ys)))  # fmt: skip
     return {k: sorted(v, key=lambda p: p.x) for k, v in out.items()}

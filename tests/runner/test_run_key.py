@@ -44,7 +44,7 @@ def test_the_free_running_run_key_is_unchanged_and_survives_the_trip_to_a_worker
 
 
 def test_the_forced_run_key_is_unchanged() -> None:
-    (spec,) = forced.forced_specs(build_policies(["confkv"], SETS), [], model=None)
+    (spec,) = forced.forced_specs(build_policies(["confkv"], SETS), [])
     agent = {"constrained": True, "reasoning": False, "int8": False, "dtype": "bf16", "version": 9,
              "prompt_sha": "3af7f3a7299e"}  # fmt: skip
     assert run_key(MODEL, spec.label, forced.run_config(spec, agent)) == FORCED_KEY
