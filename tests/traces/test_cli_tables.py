@@ -218,14 +218,16 @@ def test_frontier_points_carry_the_tables_interval_and_task_count(tmp_path: Path
     deltas = [0.5, 0.1, 0.3, 0.9]
     with TraceStore(path) as store:
         runs = {p: store.start_run("tiny", p, {"name": p}, mode="forced", git_revision=None, machine=None)
-                for p in ("full", "sliding@64")}  # fmt: skip
+                for p in ("full", "sliding@128", "sliding@64")}  # fmt: skip
         for i, d in enumerate(deltas):
             _forced(store, runs["full"], str(i), action=0.5, answer=1.0, peak=4 * 2**20)
             _forced(store, runs["sliding@64"], str(i), action=0.6, answer=1.0 + d, peak=2**20)
+            _forced(store, runs["sliding@128"], str(i), action=0.6, answer=1.0 + d / 2, peak=2 * 2**20)
         rows = forced_rows(store.db)
     points = frontier_points(rows, "answer_dnll", "long")
-    (full,), (sliding,) = points["full"], points["sliding"]
+    (full,), (sliding, wider) = points["full"], points["sliding"]  # a policy's budgets: one line, by memory
     assert (full.x, full.y, full.lo, full.hi, full.tasks) == (1.0, 0.0, 0.0, 0.0, 4)
+    assert wider.x == 0.5 and abs(wider.y - sum(deltas) / 8) < 1e-9
     assert sliding.x == 0.25 and sliding.tasks == 4 and abs(sliding.y - sum(deltas) / 4) < 1e-9
     assert (sliding.lo, sliding.hi) == pytest.approx(bootstrap_ci(deltas)) and sliding.lo < sliding.y < sliding.hi
     assert frontier_points(rows, "answer_dnll", "short") == {}
