@@ -9,7 +9,10 @@ every label finished (`common_tasks`), so a point never moves because it saw eas
 bootstrap 95% interval over those tasks of each label against `full` (`traces.paired.bootstrap_ci`, the tables'
 intervals), and each panel says how many tasks it averages. Whether two labels differ is not read off overlapping
 whiskers but off the head-to-head table (the interval of their paired difference). Labels at the same memory are
-drawn a hair apart (`DODGE` of the x axis each) so their whiskers stay visible.
+drawn a hair apart (`DODGE` of the x axis each) so their whiskers stay visible. `full` is a reference line, not a
+point at x = 1: on the agent the pinned prompt and current turn hold most of an evicting policy's bytes, so its
+footprints sit within a few percent of each other near 0.2x and a point at 1.0 would squash their lines flat. The x
+axis starts at 0, so the dodge never reads as a difference in memory.
 """
 
 from __future__ import annotations
@@ -76,17 +79,23 @@ def plot_frontier(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     for i, metric in enumerate(("agreement", "answer_dnll")):
         for j, span in enumerate(SPANS):
             ax = fig.add_subplot(2, 2, 2 * i + j + 1)
-            tasks, bases = 0, panels[(metric, span)]
+            tasks, bases = 0, {b: pts for b, pts in panels[(metric, span)].items() if b != "full"}
             for k, (base, points) in enumerate(bases.items()):
-                shift = 0.0 if base == "full" else (k - (len(bases) - 1) / 2) * DODGE
+                shift = (k - (len(bases) - 1) / 2) * DODGE
                 ax.errorbar([p.x + shift for p in points], [p.y for p in points], capsize=3, marker="o",
                             color=colors[base], label=base, yerr=[[p.y - p.lo for p in points], [p.hi - p.y for p in points]])  # fmt: skip
                 tasks = max([tasks, *(p.tasks for p in points)])
+            ax.axhline(1.0 if metric == "agreement" else 0.0, color=colors.get("full", "grey"), lw=1.2, ls=":",
+                       label="full (1.00x memory)")  # fmt: skip
+            right = max((p.x for pts in bases.values() for p in pts), default=1.0)
+            ax.set_xlim(0, min(1.02, right * 1.2 + len(bases) * DODGE))  # from 0: the dodge stays a hair wide
+            if not bases:
+                ax.text(0.5, 0.5, "no task where every label finished", ha="center", va="center",
+                        transform=ax.transAxes, color="grey")  # fmt: skip
             if metric == "agreement":
                 ax.set_ylabel("decisions equal to full's")
-                ax.set_ylim(-0.02, 1.02)
+                ax.set_ylim(-0.02, 1.05)
             else:
-                ax.axhline(0, color="grey", lw=0.8, ls=":")
                 ax.set_ylabel("answer ΔNLL vs full (nats/token)")
             ax.set_xlabel("mean resident KV bytes / full's")
             ax.set_title(f"{span}-memory tasks ({tasks} with every label; 95% intervals)")
