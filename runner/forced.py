@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.actions import Action, ActionParseError, RoleTarget, parse_action
 from agent.targets import to_labels
-from runner.footprint import at_footprint, footprint_labels
+from runner.footprint import footprint_labels
 from runner.heap import trim_heap
 from traces.forced import BROKEN_PREFIX
 from traces.records import StepRecord
@@ -90,12 +90,6 @@ class Trajectory:
 
 
 # ---- budgets matched in bytes (runner.footprint) -----------------------------------------------------------------
-def budget_policy(policy: KVPolicy, budget: int, slots: tuple[int, int]) -> KVPolicy:
-    """`policy` at a footprint of `budget` model-dtype tokens per layer, in bytes (`slots` from
-    `runner.footprint.footprint_slots`; see `runner.footprint.at_footprint`)."""
-    return at_footprint(policy, budget, slots)
-
-
 def forced_specs(policies: Mapping[str, KVPolicy], budgets: Sequence[int],
                  slots: tuple[int, int] = (0, 0)) -> list[ForcedSpec]:
     """Without budgets one spec per policy (name -> built policy, in order); with them, every evicting policy at

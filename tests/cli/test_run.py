@@ -88,8 +88,7 @@ def test_free_eval_at_a_footprint_builds_the_forced_modes_policies(monkeypatch, 
     import runner.batch
     from confkv.policies import get_policy
     from confkv.testing import tiny_model
-    from runner.footprint import footprint_slots
-    from runner.forced import budget_policy
+    from runner.footprint import at_footprint, footprint_slots
     from tests.tiny_chat import tiny_chat_tokenizer
     from traces.summary import summarize
 
@@ -112,7 +111,7 @@ def test_free_eval_at_a_footprint_builds_the_forced_modes_policies(monkeypatch, 
     assert policies["full"] == get_policy("full")
     for label in ("sliding-int8@64", "h2o@96"):
         name, budget = label.split("@")
-        assert policies[label] == budget_policy(get_policy(name), int(budget), footprint_slots(model.config, "fp32"))
+        assert policies[label] == at_footprint(get_policy(name), int(budget), footprint_slots(model.config, "fp32"))
     assert policies["sliding-int8@64"].budget > 64  # INT8 tokens past the window: more tokens for the same bytes
 
 

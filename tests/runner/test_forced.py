@@ -22,8 +22,8 @@ from cli.main import app
 from confkv.policies import get_policy
 from confkv.testing import tiny_model
 from envs.taskspec import load_task
-from runner.footprint import footprint_slots
-from runner.forced import ForcedSpec, budget_policy, forced_specs, run_forced, same_action
+from runner.footprint import at_footprint, footprint_slots
+from runner.forced import ForcedSpec, forced_specs, run_forced, same_action
 from tests.tiny_chat import tiny_chat_tokenizer
 from traces.forced import forced_rows, summarize_forced
 from traces.forced_compare import head_to_head
@@ -44,17 +44,17 @@ def test_budgets_are_matched_in_bytes(tiny):
     slots = footprint_slots(model.config, "fp32")
     fp = 2 * 2 * 16 * 4  # K+V, 2 KV heads, head dim 16, fp32
     q8 = 2 * 2 * (16 + 4)  # int8 K+V plus an fp32 scale each
-    conf = budget_policy(get_policy("confkv"), 256, slots)
+    conf = at_footprint(get_policy("confkv"), 256, slots)
     window = conf.int8_after
     assert window * fp + (conf.n_high - window) * q8 <= 256 * fp < window * fp + (conf.n_high + 1 - window) * q8
     assert conf.n_low < conf.n_high and conf.min_layer_budget <= conf.n_low
-    assert budget_policy(get_policy("sliding"), 256, slots).budget == 256  # no INT8: tokens = budget
-    h2o = budget_policy(get_policy("h2o"), 128, slots)  # the preset's 256-token window would not fit
+    assert at_footprint(get_policy("sliding"), 256, slots).budget == 256  # no INT8: tokens = budget
+    h2o = at_footprint(get_policy("h2o"), 128, slots)  # the preset's 256-token window would not fit
     assert h2o.budget == 128 and h2o.protect < 128
     # with confkv's storage a fixed baseline holds exactly confkv-fixed's tokens, INT8 window and all
-    fixed = budget_policy(get_policy("confkv-fixed"), 256, slots)
+    fixed = at_footprint(get_policy("confkv-fixed"), 256, slots)
     for name in ("sliding-int8", "h2o-int8", "random-int8"):
-        mine = budget_policy(get_policy(name), 256, slots)
+        mine = at_footprint(get_policy(name), 256, slots)
         assert (mine.budget, mine.int8_after, mine.gated) == (fixed.budget, fixed.int8_after, False)
     assert fixed.budget > 256  # INT8 tokens past the window: more tokens than the model-dtype budget
     # the turn gate matched on average: an unsure turn keeps more than the fixed budget, a sure one less, and a gate
@@ -62,11 +62,11 @@ def test_budgets_are_matched_in_bytes(tiny):
     def nbytes(tokens: int, window: int) -> int:
         return window * fp + (tokens - window) * q8
 
-    wide = budget_policy(get_policy("confkv-turn-wide"), 256, slots)
+    wide = at_footprint(get_policy("confkv-turn-wide"), 256, slots)
     low, high = nbytes(wide.n_low, wide.int8_after), nbytes(wide.n_high, wide.int8_after)
     assert low < nbytes(fixed.budget, fixed.int8_after) < high
     assert abs((low + high) / 2 - 256 * fp) <= 0.01 * 256 * fp
-    turn = budget_policy(get_policy("confkv-turn"), 256, slots)  # peak-matched: at most the fixed budget's bytes
+    turn = at_footprint(get_policy("confkv-turn"), 256, slots)  # peak-matched: at most the fixed budget's bytes
     assert (turn.n_high, turn.n_low) == (conf.n_high, conf.n_low)
     assert nbytes(turn.n_high, turn.int8_after) <= 256 * fp < nbytes(turn.n_high + 1, turn.int8_after)
     labels = [s.label for s in forced_specs({"full": get_policy("full"), "sliding": get_policy("sliding")}, [128, 256],
