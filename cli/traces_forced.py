@@ -27,6 +27,9 @@ def forced_table_command(
     tasks: str | None = typer.Option(None, "--tasks", help="Only these task ids, comma-separated."),
     exclude_tasks: str | None = typer.Option(None, "--exclude-tasks", help="Leave out these task ids, comma-separated "
                                              "(e.g. the tasks a threshold was read off: a held-out comparison)."),
+    memory_span: str | None = typer.Option(None, "--memory-span", help="Only tasks of this memory span (long or "
+                                           "short, the task's `memory_span`): the head-to-head questions pool "
+                                           "tasks, and on short ones every policy keeps nearly everything."),
     png: Path | None = typer.Option(None, "--png", help="Also draw the frontier of the rows shown (decision agreement "
                                     "and answer ΔNLL vs mean KV bytes, over the tasks every label finished) here."),
     dtype: str | None = typer.Option(None, "--dtype", help="Only rows scored at this resolved precision (e.g. fp32, "
@@ -60,6 +63,10 @@ def forced_table_command(
             raise _fail(f"no forced results for task {terminal_safe(unknown[0])} in {db}")
         rows = [r for r in rows if (only is None or str(r["task_id"]) in only)
                 and (left_out is None or str(r["task_id"]) not in left_out)]  # fmt: skip
+    if memory_span is not None:
+        if memory_span not in ("long", "short"):
+            raise _fail(f"--memory-span must be long or short, not {_label(memory_span)}")
+        rows = [r for r in rows if r["memory_span"] == memory_span]
     if dtype is not None:
         have = sorted({str(r["precision"]) for r in rows})
         rows = [r for r in rows if r["precision"] == dtype]

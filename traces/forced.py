@@ -73,7 +73,7 @@ def ensure_forced_schema(db: sqlite_utils.Database) -> None:
 
 def forced_rows(db: sqlite_utils.Database, run_ids: Iterable[int] | None = None) -> list[dict[str, Any]]:
     """The latest result per (policy, task) of finished forced episodes, with broken tasks as rows whose `broken`
-    holds the reason (and no scores)."""
+    holds the reason (and no scores but the task's `memory_span`, None where no label scored the task)."""
     if "forced_results" not in db.table_names() or "mode" not in db["runs"].columns_dict:
         return []
     where, params = "r.mode = 'forced'", []
@@ -96,6 +96,10 @@ def forced_rows(db: sqlite_utils.Database, run_ids: Iterable[int] | None = None)
                 latest[key] = {"policy": row["epolicy"], "task_id": row["etask"], "precision": precision,
                                "broken": row["error"][len(BROKEN_PREFIX):]}  # fmt: skip
     rows = list(latest.values())
+    spans = {r["task_id"]: r["memory_span"] for r in rows if not r["broken"]}
+    for r in rows:  # a broken row has no result of its own; its task's span is known where another label scored it
+        if r["broken"]:
+            r["memory_span"] = spans.get(r["task_id"])
     keys = _trajectory_keys(db, [r["episode_id"] for r in rows if not r["broken"]])
     for r in rows:
         if not r["broken"]:

@@ -103,6 +103,13 @@ def test_forced_table_keeps_or_leaves_out_the_named_tasks(forced_db: Path) -> No
     assert {k[0] for k in _table(result.output, "task")} == {"1"}
     result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db), "--tasks", "1,99"])
     assert result.exit_code == 1 and "no forced results for task 99" in result.output
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db), "--memory-span", "short"])
+    assert result.exit_code == 0, result.output
+    assert {k[0] for k in _table(result.output, "task")} == {"2"}  # task 2 is the short one, 1 long
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db), "--memory-span", "long"])
+    assert {k[0] for k in _table(result.output, "task")} == {"1"}  # 3 is broken under every label: span unknown
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db), "--memory-span", "medium"])
+    assert result.exit_code == 1 and "--memory-span must be long or short, not 'medium'" in result.output
     png = forced_db.parent / "frontier.png"
     result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db), "--tasks", "1", "--png", str(png)])
     assert result.exit_code == 0, result.output
