@@ -81,12 +81,12 @@ def forced_table_command(
     if not rows:
         typer.echo(f"no finished forced episodes in {db}")
         return
-    precisions = sorted({str(r["precision"]) for r in rows})
+    shown = common_tasks(rows) if common else rows
+    precisions = sorted({str(r["precision"]) for r in shown})
     if len(precisions) > 1:
-        counts = {p: len({r["task_id"] for r in rows if str(r["precision"]) == p}) for p in precisions}
+        counts = {p: len({r["task_id"] for r in shown if str(r["precision"]) == p}) for p in precisions}
         typer.echo(terminal_safe("precisions pooled (each task at one; pairs within a precision): "
                                  + ", ".join(f"{p} ({n} tasks)" for p, n in counts.items())) + "\n")  # fmt: skip
-    shown = common_tasks(rows) if common else rows
     typer.echo(forced_markdown(shown))
     heads = question_lines(shown)
     if heads:

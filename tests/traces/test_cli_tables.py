@@ -259,6 +259,7 @@ def test_forced_rows_pair_only_within_one_precision(tmp_path: Path) -> None:
         for task, d in (("3", "fp32-bf16-bf16"), ("4", "fp32")):  # one precision each: these pool
             _forced(store, runs[("full", d)], task, action=0.5, answer=1.0)
             _forced(store, runs[("sliding@64", d)], task, action=0.6, answer=1.5)
+        _forced(store, runs[("full", "fp32-bf16-bf16")], "5", action=0.5, answer=1.0)  # full alone
         rows = [r for r in forced_rows(store.db) if r["task_id"] in ("1", "2")]
     assert len(rows) == 6  # one row per (label, task, precision): the later precision does not replace the earlier
     pairs = {(r["policy"], r["task_id"], r["precision"]): r["answer_nll"] - b["answer_nll"]
@@ -275,5 +276,8 @@ def test_forced_rows_pair_only_within_one_precision(tmp_path: Path) -> None:
     assert "precisions pooled (each task at one; pairs within a precision): fp32 (1 tasks), fp32-bf16-bf16 (1 tasks)" \
         in result.output
     assert _table(result.output, "policy")[("sliding@64",)][1] == "2"
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(path), "--tasks", "4,5", "--common"])
+    assert result.exit_code == 0, result.output  # --common keeps task 4 (fp32) only: nothing pooled is shown
+    assert "precisions pooled" not in result.output and {k[0] for k in _table(result.output, "task")} == {"4"}
     result = runner.invoke(app, ["traces", "forced-table", "--db", str(path), "--dtype", "int4"])
     assert result.exit_code == 1 and "it has: fp32, fp32-bf16-bf16" in result.output
