@@ -29,7 +29,7 @@ def forced_table_command(
                                              "(e.g. the tasks a threshold was read off: a held-out comparison)."),
     memory_span: str | None = typer.Option(None, "--memory-span", help="Only tasks of this memory span (long or "
                                            "short, the task's `memory_span`): the head-to-head questions pool "
-                                           "tasks, and on short ones every policy keeps nearly everything."),
+                                           "tasks, and a short task's decisions need little of what was evicted."),
     png: Path | None = typer.Option(None, "--png", help="Also draw the frontier of the rows shown (decision agreement "
                                     "and answer ΔNLL vs mean KV bytes, over the tasks every label finished) here."),
     dtype: str | None = typer.Option(None, "--dtype", help="Only rows scored at this resolved precision (e.g. fp32, "
