@@ -276,6 +276,16 @@ def decision_agreement(row: Mapping[str, Any], base: Mapping[str, Any]) -> float
     return sum(same_decision(a, b) for a, b in zip(mine, theirs, strict=True)) / len(mine)
 
 
+def _agreed_steps(row: Mapping[str, Any], base: Mapping[str, Any]) -> str | None:
+    """`k/n`: at how many of the task's n decisions `row` decided as `full` did (None before decision scoring),
+    so a reader sees which tasks a policy loses, not only the mean."""
+    share = decision_agreement(row, base)
+    if share is None:
+        return None
+    n = len(json.loads(row["decisions"]))
+    return f"{round(share * n)}/{n}"
+
+
 def same_decision(a: str, b: str) -> bool:
     """Two recorded decisions of the same step agree (grammar-constrained id-form text: equal up to spacing)."""
     return a.strip() == b.strip()
@@ -324,18 +334,19 @@ def forced_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
                      f"{num(s.answer_nll, '.3f')} | {num(s.action_acc, '.1%')} | "
                      f"{s.answer_exact}/{s.answer_pass}/{s.judged} | {num(s.mean_kv_vs_full, '.1%')} | "
                      f"{num(s.peak_kv_vs_full, '.1%')} |")  # fmt: skip
+    agreed = {id(r): _agreed_steps(r, b) for r, b in paired_with_full(rows)}
     lines += ["", "| task | policy | steps | action tokens | action NLL | answer tokens | answer NLL | greedy answer "
-              "| pass | peak KV MiB |", "|" + "---|" * 10]  # fmt: skip
+              "| pass | peak KV MiB | decided as full |", "|" + "---|" * 11]  # fmt: skip
     for r in sorted(rows, key=lambda r: (str(r["task_id"]), r["policy"] != BASELINE, r["policy"])):
         head = f"| {cell(r['task_id'])} | {cell(r['policy'])} |"
         if r["broken"]:
-            lines.append(f"{head} broken: {cell(r['broken'])} |" + " |" * 7)
+            lines.append(f"{head} broken: {cell(r['broken'])} |" + " |" * 8)
             continue
         answer = "-" if r["greedy_answer"] is None else cell(repr(r["greedy_answer"]))
         peak_mib = None if r["peak_kv_bytes"] is None else r["peak_kv_bytes"] / 2**20
         lines.append(f"{head} {r['steps']} | {r['action_tokens']} | {num(r['action_nll'], '.3f')} | "
                      f"{r['answer_tokens']} | {num(r['answer_nll'], '.3f')} | {answer} | "
-                     f"{num(r['answer_pass'], 'd')} | {num(peak_mib, '.0f')} |")  # fmt: skip
+                     f"{num(r['answer_pass'], 'd')} | {num(peak_mib, '.0f')} | {agreed.get(id(r)) or '-'} |")  # fmt: skip
     lines += ["", "| label | decision acc | agrees with full | Δ decision acc | answer ΔNLL long | answer ΔNLL short "
               "| action ΔNLL |", "|" + "---|" * 7, *interval_rows(rows)]  # fmt: skip
     return "\n".join(lines)

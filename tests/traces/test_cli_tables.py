@@ -16,17 +16,18 @@ from traces.store import TraceStore
 
 runner = CliRunner()
 HOSTILE = "\x1b]0;pwned\x07|[bold]x[/bold]"  # a terminal title escape, a cell separator, rich markup
+FULL_DECIDED = ("click [3]", "click [5]", "stop [42]")
 
 
 def _forced(store: TraceStore, run: int, task: str, *, span: str = "long", action: float, answer: float,
-            peak: int = 2**20, greedy: str | None = "42") -> None:
+            peak: int = 2**20, greedy: str | None = "42", decisions: tuple[str, ...] = ()) -> None:
     episode = store.start_episode(run, task)
     label = store.run(run)["policy"]
     result = {"task_id": task, "policy": label, "base_policy": label.split("@")[0], "memory_span": span,
               "trajectory_sha": f"sha-{task}", "steps": 3, "action_tokens": 10, "action_nll": action,
               "action_acc": 0.5, "answer_tokens": 2, "answer_nll": answer, "answer_acc": 0.5, "greedy_answer": greedy,
               "answer_exact": 1, "answer_pass": 1, "mean_kv_bytes": peak / 2, "peak_kv_bytes": peak,
-              "full_kv_bytes": 4 * 2**20}  # fmt: skip
+              "full_kv_bytes": 4 * 2**20, "decisions": json.dumps(list(decisions)) if decisions else None}  # fmt: skip
     record_forced(store, episode, result, [])
     store.finish_episode(episode, success=True, peak_kv_bytes=peak, full_kv_bytes=4 * 2**20)
 
@@ -38,9 +39,10 @@ def forced_db(tmp_path: Path) -> Path:
     with TraceStore(path) as store:
         runs = {p: store.start_run("tiny", p, {"name": p}, mode="forced", git_revision=None, machine=None)
                 for p in ("full", "confkv", "sliding")}  # fmt: skip
-        _forced(store, runs["full"], "1", action=0.5, answer=1.0, peak=4 * 2**20)
+        _forced(store, runs["full"], "1", action=0.5, answer=1.0, peak=4 * 2**20, decisions=FULL_DECIDED)
         _forced(store, runs["full"], "2", span="short", action=0.4, answer=2.0, peak=4 * 2**20)
-        _forced(store, runs["confkv"], "1", action=0.7, answer=1.5, greedy=HOSTILE)
+        _forced(store, runs["confkv"], "1", action=0.7, answer=1.5, greedy=HOSTILE,
+                decisions=(*FULL_DECIDED[:2], "stop [7]"))  # the last decision lost
         _forced(store, runs["confkv"], "2", span="short", action=0.6, answer=2.25)
         _forced(store, runs["sliding"], "1", action=0.6, answer=1.1, peak=2 * 2**20)
         for p in ("full", "confkv"):
@@ -74,8 +76,10 @@ def test_forced_table_prints_the_policy_summary_and_every_task_row(forced_db: Pa
     tasks = _table(result.output, "task")
     assert [k for k in tasks if k[0] == "1"] == [("1", "full"), ("1", "confkv"), ("1", "sliding")]
     assert tasks[("3", "confkv")][2] == "broken: step 1 'click [9]' failed"
-    assert tasks[("2", "full")][2:] == ["3", "10", "0.400", "2", "2.000", "'42'", "1", "4"]
-    assert tasks[("1", "sliding")][-1] == "2"  # peak KV MiB
+    assert tasks[("2", "full")][2:] == ["3", "10", "0.400", "2", "2.000", "'42'", "1", "4", "-"]
+    assert tasks[("1", "sliding")][-2] == "2"  # peak KV MiB
+    # at how many decisions each label decided as full did: confkv lost one of three; sliding predates decisions
+    assert [tasks[("1", p)][-1] for p in ("full", "confkv", "sliding")] == ["3/3", "2/3", "-"]
 
 
 def test_forced_table_keeps_the_chosen_labels_and_the_common_tasks(forced_db: Path) -> None:
@@ -122,7 +126,7 @@ def test_forced_table_cells_stay_data(forced_db: Path) -> None:
     assert "\x1b" not in result.output and "\x07" not in result.output
     row = next(line for line in result.output.splitlines() if line.startswith("| 1 | confkv |"))
     # the answer is one cell: its `|` escaped, its escapes shown, its markup printed as typed
-    assert "\\x1b]0;pwned\\x07\\|[bold]x[/bold]" in row and len(row.replace("\\|", "").split("|")) == 12
+    assert "\\x1b]0;pwned\\x07\\|[bold]x[/bold]" in row and len(row.replace("\\|", "").split("|")) == 13
 
 
 def _miniwob(store: TraceStore, run: int, name: str, seed: int, success: bool | None, *, peak: int,
