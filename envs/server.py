@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from envs.sites import SITES, SiteSpec, get_site
+from envs.webapp import SiteClock
 
 HOST = "127.0.0.1"
 PLACEHOLDER_RE = re.compile(r"__[A-Z][A-Z_]*?__")
@@ -71,6 +72,7 @@ class _RunningSite:
         app = spec.create_app(live)
         self.server: Any = waitress.create_server(app, host=HOST, port=0, threads=4, ident=f"confkv-{spec.name}")
         self.port = int(self.server.effective_port)
+        self.app = app
         self.thread = threading.Thread(target=self._serve, name=f"site-{spec.name}", daemon=True)
         self.thread.start()
 
@@ -150,6 +152,7 @@ class Sites:
             if site is None:
                 raise KeyError(f"site '{name}' is not running here; running: {', '.join(self._running)}")
             _copy_db(site.template, site.live)
+            site.app.extensions["site_clock"] = SiteClock()  # the seeded state's times again, as the data
 
     def stop(self) -> None:
         """Stop every server and delete the live databases; calling it again does nothing."""

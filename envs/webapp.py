@@ -23,6 +23,7 @@ import secrets
 import sqlite3
 import threading
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -147,11 +148,42 @@ def install_input_guard(app: Flask) -> None:
 
 
 def setup_app(app: Flask) -> None:
-    """What every site does to its Flask app: a random secret key, the input guard and the live-session table."""
+    """What every site does to its Flask app: a random secret key, the input guard, the live-session table and the
+    site clock."""
     app.secret_key = new_secret_key()
     app.config["SECRET_KEY"] = app.secret_key
     app.extensions["live_sessions"] = LiveSessions()
+    app.extensions["site_clock"] = SiteClock()
     install_input_guard(app)
+
+
+# --- time -------------------------------------------------------------------------------------------------------------
+
+#: Where every site's clock starts: after every seeded timestamp (the shopping site's last order is 2024-07-08 10:11).
+SITE_CLOCK_START = datetime(2024, 7, 15, 12, 0)
+
+
+class SiteClock:
+    """The time a site stamps on what users create: a fixed start that advances one minute per reading.
+
+    Why not the wall clock: a post's time is on the page, so a replayed reference trajectory showed a different
+    text in every process and its forced rows from different processes did not pair (a trajectory is identified by
+    the tokens fed). A clock that moves only when read gives every replay of the same steps the same times, while
+    new items still sort after the seeded ones and after each other. `Sites.reset` restarts it with the data."""
+
+    def __init__(self, start: datetime = SITE_CLOCK_START) -> None:
+        self._next = start
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            moment, self._next = self._next, self._next + timedelta(minutes=1)
+        return moment
+
+
+def site_now() -> datetime:
+    """The current request's site time (`SiteClock`)."""
+    return current_app.extensions["site_clock"].now()
 
 
 # --- search text ----------------------------------------------------------------------------------------------------

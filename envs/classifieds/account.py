@@ -6,20 +6,20 @@ from the page the browser lands on.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from flask import Flask, abort, flash, redirect, render_template, request, url_for
 
 from envs.classifieds.browse import CONDITIONS, LISTING_COLUMNS
 from envs.classifieds.web import current_user, db, login_required, owned_listing
+from envs.webapp import site_now
 
 MAX_TITLE = 120
 MAX_TEXT = 4000
 
 
 def _now() -> str:
-    return datetime.now().strftime("%Y-%m-%d %H:%M")
+    return site_now().strftime("%Y-%m-%d %H:%M")
 
 
 def _categories() -> list[Any]:

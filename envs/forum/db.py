@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from envs.forum.seed import SITE_NOW, TIME_FORMAT
-from envs.webapp import LIKE, like_contains, open_db
+from envs.webapp import LIKE, like_contains, open_db, site_now
 
 PAGE_SIZE = 20
 SORTS = ("hot", "new", "top")
@@ -44,8 +44,8 @@ def connect(db_path: Path) -> sqlite3.Connection:
 
 
 def now_stamp() -> str:
-    """Time for new posts: the real clock, but never before the seeded data's fixed now."""
-    return max(datetime.now(), SITE_NOW).strftime(TIME_FORMAT)
+    """Time for new posts: the site clock (`envs.webapp.SiteClock`), never before the seeded data's fixed now."""
+    return max(site_now(), SITE_NOW).strftime(TIME_FORMAT)
 
 
 @dataclass

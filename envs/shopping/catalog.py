@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from flask import Flask, abort, flash, redirect, render_template, request, url_for
 
 from envs.shopping.db import PAGE_SIZE, current_user, get_db, login_required, page_count, parse_page
-from envs.webapp import LIKE, like_contains
+from envs.webapp import LIKE, like_contains, site_now
 
 # Sort key -> (link text, ORDER BY clause). Links, not a <select>, so an agent can pick one with a single click.
 SORTS: dict[str, tuple[str, str]] = {
@@ -144,7 +143,7 @@ def register(app: Flask) -> None:
                 flash(message)
             return redirect(url_for("product", product_id=product_id, _anchor="write-review"))
         db.execute("INSERT INTO reviews (product_id, user_id, rating, title, body, created) VALUES (?,?,?,?,?,?)",
-                   (product_id, current_user()["id"], int(rating), title, body, dt.date.today().isoformat()))
+                   (product_id, current_user()["id"], int(rating), title, body, site_now().date().isoformat()))
         db.commit()
         flash("Thank you! Your review was posted.")
         return redirect(url_for("product", product_id=product_id, _anchor="reviews"))

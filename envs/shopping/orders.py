@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import sqlite3
 
 from flask import Flask, abort, flash, redirect, render_template, request, url_for
 
 from envs.shopping.db import PAGE_SIZE, current_user, get_db, login_required, page_count, parse_page
 from envs.shopping.seed import shipping_for
+from envs.webapp import site_now
 
 ADDRESS_FIELDS = {"ship_name": "Full name", "ship_street": "Street address", "ship_city": "City",
                   "ship_state": "State", "ship_zip": "ZIP code"}
@@ -137,7 +137,7 @@ def register(app: Flask) -> None:
         cur = db.execute(
             "INSERT INTO orders (number, user_id, created, status, subtotal_cents, shipping_cents, total_cents,"
             " ship_name, ship_street, ship_city, ship_state, ship_zip) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (number, user["id"], dt.datetime.now().strftime("%Y-%m-%d %H:%M"), "Processing", subtotal, shipping,
+            (number, user["id"], site_now().strftime("%Y-%m-%d %H:%M"), "Processing", subtotal, shipping,
              subtotal + shipping, *address.values()))
         for r in rows:
             db.execute("INSERT INTO order_items (order_id, product_id, name, sku, price_cents, quantity)"

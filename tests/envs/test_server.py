@@ -83,6 +83,31 @@ def test_reset_restores_seeded_state_after_post(workdir: Path) -> None:
             assert b"Should vanish." not in page.read()
 
 
+def test_site_clock_gives_every_replay_the_same_times(workdir: Path) -> None:
+    """A post's time is on the page, so the site clock stamps it, not the wall clock: one minute per reading from a
+    fixed start, again from the start after a reset, so replaying the same steps shows the same text in every
+    process (forced rows pair by the tokens fed) and new posts still sort after the seeded ones and each other."""
+    from datetime import timedelta
+
+    from envs.forum.seed import SITE_NOW, TIME_FORMAT
+    from envs.webapp import SITE_CLOCK_START
+
+    with Sites(["forum"], workdir=workdir) as sites:
+        base, live = sites.url("forum"), sites.db_path("forum")
+
+        def post(title: str) -> str:
+            form = urllib.parse.urlencode({"forum": "diy", "title": title, "body": "Tick."}).encode()
+            _signed_in_opener(base).open(f"{base}/submit", data=form, timeout=10)
+            row = sqlite3.connect(live).execute("SELECT created_at FROM threads WHERE title = ?", (title,)).fetchone()
+            return row[0]
+
+        first, second = post("Clock one"), post("Clock two")
+        assert first == SITE_CLOCK_START.strftime(TIME_FORMAT) and SITE_CLOCK_START > SITE_NOW
+        assert second == (SITE_CLOCK_START + timedelta(minutes=1)).strftime(TIME_FORMAT)
+        sites.reset()
+        assert post("Clock one") == first
+
+
 def test_template_is_cached_and_rebuilt_per_seed(workdir: Path) -> None:
     spec = get_site("shopping")
     first = template_db(spec, 0, workdir)
