@@ -46,7 +46,7 @@ MIN_TASKS = 5  # paired tasks before a verdict is printed
 class HeadToHead:
     a: str
     b: str
-    tasks: int  # tasks both finished on the same trajectory (and `full` too, for agreement)
+    tasks: int  # tasks both finished on the same trajectory (decision accuracy and answer NLL are over these)
     d_agreement: float | None  # a's agreement with full minus b's, mean over tasks
     d_agreement_ci: tuple[float, float] | None
     d_decision_acc: float | None
@@ -56,6 +56,7 @@ class HeadToHead:
     kv_ratio: float | None  # a's mean resident KV bytes over b's, summed over the paired tasks
     gate_open_a: float | None  # mean recorded gate-open rate (None: ungated or not recorded)
     gate_open_b: float | None
+    agreement_tasks: int = 0  # of those, the tasks where `full` ran on the same trajectory too (agreement's tasks)
 
     @property
     def verdict(self) -> str:
@@ -63,8 +64,8 @@ class HeadToHead:
         bootstrap over one or two tasks gives an interval of zero width that excludes zero on any difference)."""
         if self.d_agreement_ci is None:
             return "no paired tasks"
-        if self.tasks < MIN_TASKS:
-            return f"too few tasks ({self.tasks} < {MIN_TASKS})"
+        if self.agreement_tasks < MIN_TASKS:
+            return f"too few tasks ({self.agreement_tasks} < {MIN_TASKS})"
         lo, hi = self.d_agreement_ci
         if lo > 0:
             return f"{self.a} agrees more"
@@ -103,7 +104,7 @@ def head_to_head(rows: Sequence[Mapping[str, Any]], a: str, b: str) -> HeadToHea
     return HeadToHead(a, b, len(pairs), fmean(agree) if agree else None, bootstrap_ci(agree),
                       fmean(dacc) if dacc else None, bootstrap_ci(dacc), fmean(dnll) if dnll else None,
                       bootstrap_ci(dnll), sum(x for x, _ in kv) / sum(y for _, y in kv) if kv else None,
-                      gate(a), gate(b))  # fmt: skip
+                      gate(a), gate(b), len(agree))  # fmt: skip
 
 
 def questions(rows: Sequence[Mapping[str, Any]]) -> list[HeadToHead]:
@@ -133,7 +134,8 @@ def question_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
              "| verdict |", "|" + "---|" * 8]  # fmt: skip
     for q in found:
         kv = "-" if q.kv_ratio is None else f"{q.kv_ratio:.2f}"
-        lines.append(f"| {cell(q.a)} vs {cell(q.b)} | {q.tasks} | {with_ci(q.d_agreement, q.d_agreement_ci, '+.1%')} | "
+        tasks = f"{q.tasks}" if q.agreement_tasks == q.tasks else f"{q.tasks} ({q.agreement_tasks} with full)"
+        lines.append(f"| {cell(q.a)} vs {cell(q.b)} | {tasks} | {with_ci(q.d_agreement, q.d_agreement_ci, '+.1%')} | "
                      f"{with_ci(q.d_decision_acc, q.d_decision_acc_ci, '+.1%')} | "
                      f"{with_ci(q.d_answer_nll, q.d_answer_nll_ci, '+.3f')} | {kv} | "
                      f"{pct(q.gate_open_a)} / {pct(q.gate_open_b)} | {cell(q.verdict)} |")  # fmt: skip

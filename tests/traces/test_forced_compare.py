@@ -39,6 +39,12 @@ def test_head_to_head_pairs_tasks_and_gives_a_verdict_only_outside_zero() -> Non
     mixed = _rows() + [_row("sliding@180", t, FULL if t in "ab" else ["x"] * 4, 0.3, 200.0) for t in "abcdg"]
     tie = head_to_head(mixed, "confkv-turn@180", "sliding@180")  # +25% on two tasks, -75% on three: spans zero
     assert tie.d_agreement_ci[0] < 0 < tie.d_agreement_ci[1] and tie.verdict == "not shown (interval spans 0)"
+    # task g's full replayed another trajectory: a and b still pair on it (decisions vs the reference, answer NLL),
+    # but agreement with full has four tasks, too few for a verdict
+    moved = [dict(r, trajectory_sha="z") if r["policy"] == "full" and r["task_id"] == "g" else r for r in _rows()]
+    q = head_to_head(moved, "confkv-turn@180", "confkv-fixed@180")
+    assert (q.tasks, q.agreement_tasks, q.verdict) == (5, 4, "too few tasks (4 < 5)")
+    assert "| confkv-turn@180 vs confkv-fixed@180 | 5 (4 with full) |" in question_lines(moved)[2]
 
 
 def test_questions_match_budgets_and_print_rows() -> None:
