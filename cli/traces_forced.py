@@ -40,7 +40,13 @@ def forced_table_command(
     docs/results/forced-*.md), then the head-to-head questions (confkv vs sliding, h2o, random; gate vs gate off;
     recall) where both labels ran, then how much of each earlier turn was resident at the decisions a policy lost."""
     from traces.fmt import terminal_safe
-    from traces.forced import common_tasks, forced_markdown, forced_rows, tasks_in_several_precisions
+    from traces.forced import (
+        common_tasks,
+        forced_markdown,
+        forced_rows,
+        tasks_in_several_precisions,
+        unpaired_with_full,
+    )
     from traces.forced_compare import question_lines
     from traces.forced_dropped import dropped_lines
 
@@ -82,6 +88,11 @@ def forced_table_command(
         typer.echo(f"no finished forced episodes in {db}")
         return
     shown = common_tasks(rows) if common else rows
+    unpaired = unpaired_with_full(shown)
+    if unpaired:
+        typer.echo(terminal_safe("not paired with full (another trajectory was replayed), so left out of every delta: "
+                                 + "; ".join(f"task {t}: {', '.join(labels)}" for t, labels in unpaired.items()))
+                   + "\n")  # fmt: skip
     precisions = sorted({str(r["precision"]) for r in shown})
     if len(precisions) > 1:
         counts = {p: len({r["task_id"] for r in shown if str(r["precision"]) == p}) for p in precisions}

@@ -164,6 +164,19 @@ def same_trajectory(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return bool(a.get("trajectory_key")) and a.get("trajectory_key") == b.get("trajectory_key")
 
 
+def unpaired_with_full(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """task id -> the labels whose unbroken row replayed another trajectory than `full`'s row of that task at its
+    precision. Every delta leaves such rows out, so they are named rather than dropped in silence (a replay that
+    showed the wall clock once kept two tasks' rows out of the tables for three sessions unnoticed)."""
+    paired = {id(r) for r, _ in paired_with_full(rows)}
+    has_full = {(r["task_id"], r.get("precision")) for r in rows if r["policy"] == BASELINE and not r["broken"]}
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        if not r["broken"] and id(r) not in paired and (r["task_id"], r.get("precision")) in has_full:
+            out.setdefault(str(r["task_id"]), []).append(str(r["policy"]))
+    return {task: sorted(labels) for task, labels in sorted(out.items())}
+
+
 def paired_with_full(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
     """(row, `full`'s row of its task at its precision) for every unbroken row replayed on the same trajectory as
     that `full` row (`full`'s own rows included, paired with themselves): the pairs every delta and agreement is

@@ -20,11 +20,12 @@ FULL_DECIDED = ("click [3]", "click [5]", "stop [42]")
 
 
 def _forced(store: TraceStore, run: int, task: str, *, span: str = "long", action: float, answer: float,
-            peak: int = 2**20, greedy: str | None = "42", decisions: tuple[str, ...] = ()) -> None:
+            peak: int = 2**20, greedy: str | None = "42", decisions: tuple[str, ...] = (),
+            sha: str | None = None) -> None:
     episode = store.start_episode(run, task)
     label = store.run(run)["policy"]
     result = {"task_id": task, "policy": label, "base_policy": label.split("@")[0], "memory_span": span,
-              "trajectory_sha": f"sha-{task}", "steps": 3, "action_tokens": 10, "action_nll": action,
+              "trajectory_sha": sha or f"sha-{task}", "steps": 3, "action_tokens": 10, "action_nll": action,
               "action_acc": 0.5, "answer_tokens": 2, "answer_nll": answer, "answer_acc": 0.5, "greedy_answer": greedy,
               "answer_exact": 1, "answer_pass": 1, "mean_kv_bytes": peak / 2, "peak_kv_bytes": peak,
               "full_kv_bytes": 4 * 2**20, "decisions": json.dumps(list(decisions)) if decisions else None}  # fmt: skip
@@ -118,6 +119,26 @@ def test_forced_table_keeps_or_leaves_out_the_named_tasks(forced_db: Path) -> No
     result = runner.invoke(app, ["traces", "forced-table", "--db", str(forced_db), "--tasks", "1", "--png", str(png)])
     assert result.exit_code == 0, result.output
     assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_forced_table_names_rows_that_replayed_another_trajectory(tmp_path: Path) -> None:
+    """A row whose replay fed other tokens than full's pairs with nothing: the table says so instead of averaging
+    without it in silence (a site that printed the wall clock once did this to two tasks)."""
+    path = tmp_path / "moved.sqlite"
+    with TraceStore(path) as store:
+        runs = {p: store.start_run("tiny", p, {"name": p}, mode="forced", git_revision=None, machine=None)
+                for p in ("full", "confkv", "sliding")}  # fmt: skip
+        for task in ("1", "2"):
+            _forced(store, runs["full"], task, action=0.5, answer=1.0)
+            _forced(store, runs["confkv"], task, action=0.6, answer=1.5)
+        _forced(store, runs["sliding"], "1", action=0.6, answer=1.5, sha="sha-1-at-another-time")
+        _forced(store, runs["sliding"], "3", action=0.6, answer=1.5)  # no full on task 3: nothing to pair, no note
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "not paired with full (another trajectory was replayed), so left out of every delta: task 1: sliding\n" \
+        in result.output
+    result = runner.invoke(app, ["traces", "forced-table", "--db", str(path), "--policies", "full,confkv"])
+    assert "not paired" not in result.output
 
 
 def test_forced_table_cells_stay_data(forced_db: Path) -> None:
