@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from envs.sites import SITES, SiteSpec, get_site
-from envs.webapp import SiteClock
+from envs.webapp import restart_site_clock
 
 HOST = "127.0.0.1"
 PLACEHOLDER_RE = re.compile(r"__[A-Z][A-Z_]*?__")
@@ -152,7 +152,7 @@ class Sites:
             if site is None:
                 raise KeyError(f"site '{name}' is not running here; running: {', '.join(self._running)}")
             _copy_db(site.template, site.live)
-            site.app.extensions["site_clock"] = SiteClock()  # the seeded state's times again, as the data
+            restart_site_clock(site.app)  # the seeded state's times again, as the data
 
     def stop(self) -> None:
         """Stop every server and delete the live databases; calling it again does nothing."""

@@ -153,7 +153,7 @@ def setup_app(app: Flask) -> None:
     app.secret_key = new_secret_key()
     app.config["SECRET_KEY"] = app.secret_key
     app.extensions["live_sessions"] = LiveSessions()
-    app.extensions["site_clock"] = SiteClock()
+    restart_site_clock(app)
     install_input_guard(app)
 
 
@@ -179,6 +179,11 @@ class SiteClock:
         with self._lock:
             moment, self._next = self._next, self._next + timedelta(minutes=1)
         return moment
+
+
+def restart_site_clock(app: Flask) -> None:
+    """A fresh `SiteClock` for `app`: at start-up, and with the seeded data on every reset."""
+    app.extensions["site_clock"] = SiteClock()
 
 
 def site_now() -> datetime:

@@ -281,22 +281,18 @@ def decision_agreement(row: Mapping[str, Any], base: Mapping[str, Any]) -> float
     """Share of steps where `row`'s decision equals `base`'s (the same trajectory, so the same steps); None when
     either run predates decision scoring. Decisions are grammar-constrained outputs in id form, so equal actions
     are equal strings."""
+    counts = agreed_steps(row, base)
+    return None if counts is None else counts[0] / counts[1]
+
+
+def agreed_steps(row: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(k, n): at how many of the task's n decisions `row` decided as `base` did; None as `decision_agreement`."""
     if not row.get("decisions") or not base.get("decisions"):
         return None
     mine, theirs = json.loads(row["decisions"]), json.loads(base["decisions"])
     if len(mine) != len(theirs) or not mine:
         return None
-    return sum(same_decision(a, b) for a, b in zip(mine, theirs, strict=True)) / len(mine)
-
-
-def _agreed_steps(row: Mapping[str, Any], base: Mapping[str, Any]) -> str | None:
-    """`k/n`: at how many of the task's n decisions `row` decided as `full` did (None before decision scoring),
-    so a reader sees which tasks a policy loses, not only the mean."""
-    share = decision_agreement(row, base)
-    if share is None:
-        return None
-    n = len(json.loads(row["decisions"]))
-    return f"{round(share * n)}/{n}"
+    return sum(same_decision(a, b) for a, b in zip(mine, theirs, strict=True)), len(mine)
 
 
 def same_decision(a: str, b: str) -> bool:
@@ -347,7 +343,7 @@ def forced_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
                      f"{num(s.answer_nll, '.3f')} | {num(s.action_acc, '.1%')} | "
                      f"{s.answer_exact}/{s.answer_pass}/{s.judged} | {num(s.mean_kv_vs_full, '.1%')} | "
                      f"{num(s.peak_kv_vs_full, '.1%')} |")  # fmt: skip
-    agreed = {id(r): _agreed_steps(r, b) for r, b in paired_with_full(rows)}
+    agreed = {id(r): agreed_steps(r, b) for r, b in paired_with_full(rows)}
     lines += ["", "| task | policy | steps | action tokens | action NLL | answer tokens | answer NLL | greedy answer "
               "| pass | peak KV MiB | decided as full |", "|" + "---|" * 11]  # fmt: skip
     for r in sorted(rows, key=lambda r: (str(r["task_id"]), r["policy"] != BASELINE, r["policy"])):
@@ -357,9 +353,10 @@ def forced_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
             continue
         answer = "-" if r["greedy_answer"] is None else cell(repr(r["greedy_answer"]))
         peak_mib = None if r["peak_kv_bytes"] is None else r["peak_kv_bytes"] / 2**20
+        as_full = "-" if (counts := agreed.get(id(r))) is None else f"{counts[0]}/{counts[1]}"
         lines.append(f"{head} {r['steps']} | {r['action_tokens']} | {num(r['action_nll'], '.3f')} | "
                      f"{r['answer_tokens']} | {num(r['answer_nll'], '.3f')} | {answer} | "
-                     f"{num(r['answer_pass'], 'd')} | {num(peak_mib, '.0f')} | {agreed.get(id(r)) or '-'} |")  # fmt: skip
+                     f"{num(r['answer_pass'], 'd')} | {num(peak_mib, '.0f')} | {as_full} |")  # fmt: skip
     lines += ["", "| label | decision acc | agrees with full | Δ decision acc | answer ΔNLL long | answer ΔNLL short "
               "| action ΔNLL |", "|" + "---|" * 7, *interval_rows(rows)]  # fmt: skip
     return "\n".join(lines)

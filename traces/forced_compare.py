@@ -47,6 +47,7 @@ class HeadToHead:
     a: str
     b: str
     tasks: int  # tasks both finished on the same trajectory (decision accuracy and answer NLL are over these)
+    agreement_tasks: int  # of those, the tasks where `full` ran on the same trajectory too (agreement's tasks)
     d_agreement: float | None  # a's agreement with full minus b's, mean over tasks
     d_agreement_ci: tuple[float, float] | None
     d_decision_acc: float | None
@@ -56,7 +57,6 @@ class HeadToHead:
     kv_ratio: float | None  # a's mean resident KV bytes over b's, summed over the paired tasks
     gate_open_a: float | None  # mean recorded gate-open rate (None: ungated or not recorded)
     gate_open_b: float | None
-    agreement_tasks: int = 0  # of those, the tasks where `full` ran on the same trajectory too (agreement's tasks)
 
     @property
     def verdict(self) -> str:
@@ -101,10 +101,10 @@ def head_to_head(rows: Sequence[Mapping[str, Any]], a: str, b: str) -> HeadToHea
         vals = [r["gate_open_rate"] for (p, _), r in by.items() if p == label and r.get("gate_open_rate") is not None]
         return fmean(vals) if vals else None
 
-    return HeadToHead(a, b, len(pairs), fmean(agree) if agree else None, bootstrap_ci(agree),
+    return HeadToHead(a, b, len(pairs), len(agree), fmean(agree) if agree else None, bootstrap_ci(agree),
                       fmean(dacc) if dacc else None, bootstrap_ci(dacc), fmean(dnll) if dnll else None,
                       bootstrap_ci(dnll), sum(x for x, _ in kv) / sum(y for _, y in kv) if kv else None,
-                      gate(a), gate(b), len(agree))  # fmt: skip
+                      gate(a), gate(b))  # fmt: skip
 
 
 def questions(rows: Sequence[Mapping[str, Any]]) -> list[HeadToHead]:
