@@ -20,7 +20,9 @@ from typing import Any
 
 import sqlite_utils
 
+from envs.evaluators import normalize
 from envs.sites import SITES
+from traces.failures import stop_answer
 from traces.paired import bootstrap_ci
 
 BASELINE = "full"
@@ -280,7 +282,7 @@ def summarize_forced(rows: Sequence[Mapping[str, Any]]) -> dict[str, ForcedPolic
 def decision_agreement(row: Mapping[str, Any], base: Mapping[str, Any]) -> float | None:
     """Share of steps where `row`'s decision equals `base`'s (the same trajectory, so the same steps); None when
     either run predates decision scoring. Decisions are grammar-constrained outputs in id form, so equal actions
-    are equal strings."""
+    are equal strings, but for stop answers the evaluator reads alike (`same_decision`)."""
     counts = agreed_steps(row, base)
     return None if counts is None else counts[0] / counts[1]
 
@@ -296,8 +298,14 @@ def agreed_steps(row: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[int, 
 
 
 def same_decision(a: str, b: str) -> bool:
-    """Two recorded decisions of the same step agree (grammar-constrained id-form text: equal up to spacing)."""
-    return a.strip() == b.strip()
+    """Two recorded decisions of the same step agree: grammar-constrained id-form text, equal up to spacing; two
+    `stop` answers agree when the evaluator's normalization reads them alike (`stop [$290.50]` and `stop [290.50]`,
+    `stop [Mug]` and `stop [mug]`): an answer the evaluator cannot tell apart is the same decision, where exact
+    text had counted it lost."""
+    if a.strip() == b.strip():
+        return True
+    mine, theirs = stop_answer(a), stop_answer(b)
+    return mine is not None and theirs is not None and normalize(mine) == normalize(theirs)
 
 
 def forced_json(summary: Mapping[str, ForcedPolicySummary]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from traces.forced import decision_agreement, summarize_forced
+from traces.forced import decision_agreement, same_decision, summarize_forced
 from traces.paired import bootstrap_ci
 
 
@@ -44,6 +44,15 @@ def test_agreement_compares_decisions_step_by_step_with_full():
     assert s.decision_acc == pytest.approx((1 / 3 + 0 + 1) / 3)  # accuracy needs no pair
     lo, hi = s.decision_agreement_ci
     assert lo == 0.0 and hi == pytest.approx(2 / 3)
+
+
+def test_stop_answers_agree_when_the_evaluator_reads_them_alike():
+    assert same_decision("stop [$290.50]", "stop [290.50]") and same_decision("stop [ Blue Mug ]", "stop [blue mug]")
+    assert same_decision("stop [1,250]", "stop [1250.00]") and same_decision("click [3]", " click [3] ")
+    assert not same_decision("stop [290.50]", "stop [290.05]") and not same_decision("stop [mug]", "stop [mugs]")
+    assert not same_decision("stop [3]", "click [3]") and not same_decision("click [03]", "click [3]")
+    full = _row("1", "full", ["click [3]", "stop [$290.50]"], 1.0)
+    assert decision_agreement(_row("1", "h2o", ["click [3]", "stop [290.50]"], 0.5), full) == 1.0
 
 
 def _forced_episode(store, run: int, sha: str, urls: list[str], decisions: list[str]) -> None:
