@@ -45,7 +45,7 @@ from agent.actions import Action, ActionParseError, RoleTarget, parse_action
 from agent.targets import to_labels
 from runner.footprint import footprint_labels
 from runner.heap import trim_heap
-from traces.forced import BROKEN_PREFIX
+from traces.forced import BROKEN_PREFIX, same_decision
 from traces.records import StepRecord
 
 if TYPE_CHECKING:
@@ -256,10 +256,11 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
 
 
 def same_action(a: str, b: str) -> bool:
-    """Two replies are the same decision when they parse to the same action (spacing aside); an unparsable reply
-    equals nothing but the identical text."""
+    """Two replies are the same decision when they parse to the same action (spacing aside), two stop answers when
+    the evaluator reads them alike (`traces.forced.same_decision`, the rule the report applies); an unparsable
+    reply equals nothing but the identical text."""
     try:
-        return parse_action(a).to_text() == parse_action(b).to_text()
+        return same_decision(parse_action(a).to_text(), parse_action(b).to_text())
     except ActionParseError:
         return a.strip() == b.strip()
 

@@ -102,11 +102,22 @@ def forced_rows(db: sqlite_utils.Database, run_ids: Iterable[int] | None = None)
     for r in rows:  # a broken row has no result of its own; its task's span is known where another label scored it
         if r["broken"]:
             r["memory_span"] = spans.get(r["task_id"])
-    keys = _trajectory_keys(db, [r["episode_id"] for r in rows if not r["broken"]])
+    keys, references = _trajectory_keys(db, [r["episode_id"] for r in rows if not r["broken"]])
     for r in rows:
         if not r["broken"]:
             r["trajectory_key"], r["trajectory_canonical"] = keys.get(r["episode_id"], (None, False))
+            r["decision_acc"] = decision_accuracy(r, references.get(r["episode_id"], []))
     return rows
+
+
+def decision_accuracy(row: Mapping[str, Any], references: Sequence[str]) -> float | None:
+    """Share of the row's decisions equal to the reference action forced at that step (the steps' `action`), by
+    the rule agreement uses (`same_decision`), so accuracy and agreement read a stop answer alike. The runner's
+    recorded `decision_acc` (exact text, for rows before 2026-12-07) stands where the steps are not all there."""
+    decisions = json.loads(row["decisions"]) if row.get("decisions") else []
+    if not decisions or len(decisions) != len(references):
+        return row.get("decision_acc")
+    return fmean(same_decision(d, ref) for d, ref in zip(decisions, references, strict=True))
 
 
 def run_precision(config_json: str | None) -> str | None:
@@ -131,17 +142,20 @@ def tasks_in_several_precisions(rows: Sequence[Mapping[str, Any]]) -> dict[str, 
 _ORIGIN = re.compile(r"http://127\.0\.0\.1:\d+")
 
 
-def _trajectory_keys(db: sqlite_utils.Database, episode_ids: Sequence[int]) -> dict[int, tuple[str, bool]]:
-    """Per forced episode, (a hash of its steps' observation and forced action text with every site origin written
+def _trajectory_keys(
+    db: sqlite_utils.Database, episode_ids: Sequence[int]
+) -> tuple[dict[int, tuple[str, bool]], dict[int, list[str]]]:
+    """Per forced episode, its forced actions in step order (the reference replies) and (a hash of its steps' observation and forced action text with every site origin written
     as one placeholder, whether every origin in that text was a canonical one). Rows recorded before the replay
     showed canonical origins (2026-12-06) carry the port their process's sites ran on, so their `trajectory_sha`
     differs between processes although the trajectory is the same; the key pairs them (their inputs then differ
     only in the port's digits on each URL line). Rows recorded since are paired by `trajectory_sha` alone
     (`same_trajectory`), which also covers the prompt the key does not see."""
     if not episode_ids or "steps" not in db.table_names():
-        return {}
+        return {}, {}
     canonical = {spec.canonical_origin for spec in SITES.values()}
     digests: dict[int, Any] = {}
+    actions: dict[int, list[str]] = {}
     ephemeral: set[int] = set()
     for lo in range(0, len(episode_ids), 500):
         chunk = list(episode_ids[lo:lo + 500])
@@ -152,7 +166,8 @@ def _trajectory_keys(db: sqlite_utils.Database, episode_ids: Sequence[int]) -> d
             if any(origin not in canonical for origin in _ORIGIN.findall(text)):
                 ephemeral.add(eid)
             digests.setdefault(eid, hashlib.sha256()).update(_ORIGIN.sub("http://127.0.0.1:PORT", text).encode())
-    return {eid: (d.hexdigest()[:16], eid not in ephemeral) for eid, d in digests.items()}
+            actions.setdefault(eid, []).append(action or "")
+    return {eid: (d.hexdigest()[:16], eid not in ephemeral) for eid, d in digests.items()}, actions
 
 
 def same_trajectory(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

@@ -55,14 +55,16 @@ def test_stop_answers_agree_when_the_evaluator_reads_them_alike():
     assert decision_agreement(_row("1", "h2o", ["click [3]", "stop [290.50]"], 0.5), full) == 1.0
 
 
-def _forced_episode(store, run: int, sha: str, urls: list[str], decisions: list[str]) -> None:
-    """One forced episode as `runner.forced` records it: its steps (observation text) and its result row."""
+def _forced_episode(store, run: int, sha: str, urls: list[str], decisions: list[str],
+                    forced: list[str] | None = None) -> None:
+    """One forced episode as `runner.forced` records it: its steps (observation text, the forced reference action,
+    by default the decisions) and its result row."""
     from traces.forced import record_forced
 
     episode = store.start_episode(run, "7")
     for i, url in enumerate(urls):
         store.add_step(episode, step=i, url=url, observation=f"Tabs: [0] 'Home' (current)\nURL: {url}\n[1] link 'x'",
-                       action=decisions[i])  # fmt: skip
+                       action=(forced or decisions)[i])  # fmt: skip
     result = {**_row("7", store.run(run)["policy"], decisions, 0.5, sha=sha), "steps": len(urls)}
     record_forced(store, episode, {k: v for k, v in result.items() if k != "broken"}, [])
     store.finish_episode(episode, success=True, peak_kv_bytes=10, full_kv_bytes=20)
@@ -115,3 +117,18 @@ def test_the_replay_shows_each_site_at_its_canonical_origin_whatever_port_it_run
     text = "URL: http://127.0.0.1:41799/p/2 and http://127.0.0.1:4179/f/1 and http://127.0.0.1:417990/"
     assert canonical_origins(text, urls) == (
         "URL: http://127.0.0.1:7770/p/2 and http://127.0.0.1:9999/f/1 and http://127.0.0.1:417990/")
+
+
+def test_decision_accuracy_is_read_from_the_forced_actions_by_the_agreement_rule(tmp_path):
+    """The recorded accuracy (0.5 here) compared exact text; the report recounts it against the steps' forced
+    actions, so `stop [9.95]` for the reference `stop [$9.95]` counts as right, as in agreement."""
+    from traces.forced import forced_rows
+    from traces.store import TraceStore
+
+    urls = ["http://127.0.0.1:7770/", "http://127.0.0.1:7770/p/2", "http://127.0.0.1:7770/p/3"]
+    with TraceStore(tmp_path / "f.sqlite") as store:
+        run = store.start_run("tiny", "full", {"name": "full"}, mode="forced", git_revision=None, machine=None)
+        _forced_episode(store, run, "a", urls, ["click [1]", "click [2]", "stop [9.95]"],
+                        forced=["click [1]", "click [5]", "stop [$9.95]"])  # fmt: skip
+        [row] = forced_rows(store.db)
+    assert row["decision_acc"] == pytest.approx(2 / 3)
