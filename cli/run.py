@@ -335,7 +335,7 @@ def _eval_forced(tasks: list[Any], names: list[str], settings: Any, db: Path, bu
     from rich.console import Console
 
     from runner.batch import run_forced_batch
-    from traces.forced import forced_json, forced_table
+    from traces.forced_tables import forced_json, forced_table
 
     def on_result(r: dict[str, Any]) -> None:
         what = r.get("reason") if r["status"] != "done" else f"answer NLL {r.get('answer_nll')}"

@@ -109,7 +109,7 @@ def summary_command(
     own table (answer/action ΔNLL vs `full`)."""
     from rich.console import Console
 
-    from traces.forced import forced_json, forced_table
+    from traces.forced_tables import forced_json, forced_table
     from traces.summary import summary_table
 
     run_ids = _ids(run, "run", db)

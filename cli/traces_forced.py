@@ -40,15 +40,10 @@ def forced_table_command(
     docs/results/forced-*.md), then the head-to-head questions (confkv vs sliding, h2o, random; gate vs gate off;
     recall) where both labels ran, then how much of each earlier turn was resident at the decisions a policy lost."""
     from traces.fmt import terminal_safe
-    from traces.forced import (
-        common_tasks,
-        forced_markdown,
-        forced_rows,
-        tasks_in_several_precisions,
-        unpaired_with_full,
-    )
+    from traces.forced import common_tasks, forced_rows, tasks_in_several_precisions, unpaired_with_full
     from traces.forced_compare import question_lines
     from traces.forced_dropped import dropped_lines
+    from traces.forced_tables import forced_markdown
 
     run_ids = _ids(run, "run", db)
     with _open(db) as store:

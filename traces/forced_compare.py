@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from traces.forced import BASELINE, decision_agreement, same_trajectory, with_ci
+from traces.forced import BASELINE, decision_agreement, same_trajectory
+from traces.forced_tables import with_ci
 from traces.paired import bootstrap_ci
 
 # (challenger, reference) by preset name; each is asked at every budget both ran at.
