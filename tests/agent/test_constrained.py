@@ -8,7 +8,7 @@ import torch
 from agent.actions import parse_action
 from agent.constrained import ActionGrammar, ConstrainedDecoder, TokenIndex
 from agent.prompt import ChatConversation, TemplateDriftError
-from tests.tiny_chat import CHATML_TEMPLATE, tiny_chat_tokenizer
+from confkv.testing import CHATML_TEMPLATE, tiny_chat_tokenizer
 
 
 @pytest.fixture(scope="module")

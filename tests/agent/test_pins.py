@@ -12,8 +12,7 @@ import torch
 from agent.model_policy import ModelAgent
 from agent.observation import Observation
 from confkv.policies import PRESETS, get_policy
-from confkv.testing import tiny_model
-from tests.tiny_chat import tiny_chat_tokenizer
+from confkv.testing import tiny_chat_tokenizer, tiny_model
 
 
 def _small_policy(name: str):

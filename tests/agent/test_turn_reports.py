@@ -7,9 +7,8 @@ import pytest
 
 from agent.model_policy import ModelAgent
 from confkv import get_policy
-from confkv.testing import tiny_model
+from confkv.testing import tiny_chat_tokenizer, tiny_model
 from tests.runner.test_decisions import PAGES, _page
-from tests.tiny_chat import tiny_chat_tokenizer
 
 SMALL = {"n_low": "64", "n_high": "128", "tau": "0.5", "sinks": "2", "protect": "4", "int8_after": "none"}
 

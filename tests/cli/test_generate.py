@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from cli.generate import use_chat_template
 from cli.main import app
-from tests.tiny_chat import tiny_chat_tokenizer
+from confkv.testing import tiny_chat_tokenizer
 
 
 def test_chat_template_is_the_default_for_chat_models_only() -> None:

@@ -87,9 +87,8 @@ def test_free_eval_at_a_footprint_builds_the_forced_modes_policies(monkeypatch, 
     scores under the same label."""
     import runner.batch
     from confkv.policies import get_policy
-    from confkv.testing import tiny_model
+    from confkv.testing import tiny_chat_tokenizer, tiny_model
     from runner.footprint import at_footprint, footprint_slots
-    from tests.tiny_chat import tiny_chat_tokenizer
     from traces.summary import summarize
 
     model, _ = tiny_model("qwen2")

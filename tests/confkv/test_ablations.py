@@ -54,7 +54,7 @@ def test_the_cli_says_how_to_install_the_text_when_it_is_missing(monkeypatch, tm
     monkeypatch.setattr(common.shutil, "which", lambda _name: None)
     model, _ = tiny_model("llama")
     model.save_pretrained(tmp_path / "m", safe_serialization=True)
-    from tests.tiny_chat import tiny_chat_tokenizer
+    from confkv.testing import tiny_chat_tokenizer
 
     tiny_chat_tokenizer().save_pretrained(tmp_path / "m")
     for command in ("gate-rate", "gate-vs-fixed", "int8-keys"):

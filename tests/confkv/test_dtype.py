@@ -23,7 +23,7 @@ def test_load_applies_the_dtype_to_a_saved_model(tmp_path):
 
     model, _ = tiny_model("llama")
     model.save_pretrained(tmp_path / "m", safe_serialization=True)
-    from tests.tiny_chat import tiny_chat_tokenizer
+    from confkv.testing import tiny_chat_tokenizer
 
     tiny_chat_tokenizer().save_pretrained(tmp_path / "m")
     loaded, _ = load(tmp_path / "m", dtype="bf16")
@@ -53,8 +53,7 @@ def test_bench_decode_runs_several_dtypes_in_one_invocation(tmp_path):
     from typer.testing import CliRunner
 
     from cli.main import app
-    from confkv.testing import tiny_model
-    from tests.tiny_chat import tiny_chat_tokenizer
+    from confkv.testing import tiny_chat_tokenizer, tiny_model
 
     model, _ = tiny_model("llama")
     model.save_pretrained(tmp_path / "m", safe_serialization=True)

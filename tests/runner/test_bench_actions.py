@@ -29,8 +29,7 @@ def test_replies_are_judged_by_the_element_they_name(cases):
 
 
 def test_bench_runs_every_config_with_a_tiny_model():
-    from confkv.testing import tiny_model
-    from tests.tiny_chat import tiny_chat_tokenizer
+    from confkv.testing import tiny_chat_tokenizer, tiny_model
 
     def loader(name, int8, dtype):
         model, _ = tiny_model("qwen2", max_position_embeddings=32768)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from agent.model_policy import ModelAgent
 from agent.observation import Observation
-from confkv.testing import tiny_model
+from confkv.testing import tiny_chat_tokenizer, tiny_model
 from runner.decisions import RecordedEpisode, RecordedStep, agreement, replay_episode, run_replays, select_episodes
-from tests.tiny_chat import tiny_chat_tokenizer
 
 PAGES = [
     {3: ("searchbox", "Find"), 9: ("link", "Cart"), 11: ("link", "Mugs")},

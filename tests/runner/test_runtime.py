@@ -83,8 +83,7 @@ def test_goto_to_another_origin_is_refused_and_logged(mug_task, sites, store):
 
 def test_tiny_model_drives_an_episode_through_one_live_cache(mug_task, sites, store):
     from confkv.policies import get_policy
-    from confkv.testing import tiny_model
-    from tests.tiny_chat import tiny_chat_tokenizer
+    from confkv.testing import tiny_chat_tokenizer, tiny_model
 
     model, _ = tiny_model("qwen2", max_position_embeddings=32768)
     tok = tiny_chat_tokenizer()
