@@ -67,6 +67,9 @@ class ConfKVCache(Cache):
         self.turn_decisions = 0  # decisions reported through end_turn that a turn-level schedule judged
         self.turn_opens = 0  # ... and how many of them opened it
         self.bookkeeping_s = 0.0  # time in end_forward (confidence, ranking, migration, compaction): for benchmarks
+        # On CUDA a benchmark sets this so end_forward synchronises before and after its work: without it the clock
+        # would count the forward still queued on the device (the confidence's float() waits for it) as bookkeeping.
+        self.sync_for_timing = False
         self.fold_mass = True  # False while the session reruns a token: its position's mass was folded already
         wants_mass = self.policy.wants_mass
         layers = [
@@ -168,6 +171,9 @@ class ConfKVCache(Cache):
         """After all layers: confidence of `logits [B, L, V]` -> budget -> the policy evicts every layer."""
         if not any(layer.new_tokens for layer in self.layers):
             return  # not a forward through this cache (another cache, or no cache)
+        sync = self.sync_for_timing and logits is not None and logits.is_cuda
+        if sync:
+            torch.cuda.synchronize(logits.device)
         t0 = time.perf_counter()
         conf = None if logits is None else float(self.policy.confidence(logits))
         self._decide(conf)
@@ -175,6 +181,8 @@ class ConfKVCache(Cache):
         for i, layer in enumerate(self.layers):
             layer.capacity_hint = None if budgets is None else budgets[i] + self.policy.slack
         self.policy.apply_all(self.layers, self.rankers, budgets, self.pins, fold_mass=self.fold_mass)
+        if sync:
+            torch.cuda.synchronize(logits.device)
         self.bookkeeping_s += time.perf_counter() - t0
 
     def take_recalled(self) -> bool:

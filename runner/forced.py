@@ -88,6 +88,27 @@ class Trajectory:
     steps: list[RefStep] = field(default_factory=list)
     answer: str | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        """The recorded replay as data (observations, forced actions as canonical text), so a machine without a
+        browser or the sites (the GPU machine) can score it; `Trajectory.from_json` reads it back. The observations'
+        browser node ids (`ids`, the executor's handles, different in every browser) are left out: the model never
+        sees them."""
+        return {"answer": self.answer, "steps": [
+            {"observation": {k: v for k, v in dataclasses.asdict(s.observation).items() if k != "ids"},
+             "last_result": s.last_result, "action": s.reply}
+            for s in self.steps]}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Trajectory:
+        from agent.observation import Observation
+
+        steps = []
+        for s in data["steps"]:
+            obs = dict(s["observation"])
+            obs["nodes"] = {int(k): tuple(v) for k, v in obs.get("nodes", {}).items()}
+            steps.append(RefStep(Observation(**obs), s["last_result"], parse_action(s["action"])))
+        return cls(steps, data.get("answer"))
+
 
 # ---- budgets matched in bytes (runner.footprint) -----------------------------------------------------------------
 def forced_specs(policies: Mapping[str, KVPolicy], budgets: Sequence[int],

@@ -1,15 +1,30 @@
 #!/usr/bin/env bash
-# Decode-attention kernel check for a CUDA machine (issue 4): compiled Triton kernel tests (no interpreter), then the
-# benchmark at 1K..32K. Writes kernel_tests.log, kernel_bench.json and kernel_bench.txt to $OUT (or ./gpu_check_out).
-# Uses the machine's own python3 (it must have CUDA torch + triton; pytest and typer are not needed for the bench).
-# Expected wall time on an H200: ~1-3 min (mostly Triton compiles). Usage: scripts/gpu_check.sh [extra pytest args]
+# The GPU check (issue 39), one prepared script for a CUDA machine with PyTorch and Triton (~7 min on an H100/H200):
+#  1. the Triton kernel tests compiled (no interpreter), then the kernel's bandwidth against the device's copy
+#     bandwidth at 1K-32K keys, FP16 and INT8 segments apart (kernel_tests.log, kernel_bench.json/.txt), and a
+#     launch-config sweep at 32K (kernel_sweep.txt);
+#  2-4. `python -m cli.gpu_check`: decode at Qwen2.5-7B shapes (random bf16 weights) at 4K/16K/32K for plain
+#     DynamicCache + SDPA, our full and confkv; KV bytes after 4K generated tokens at Qwen2.5-32B shapes; one
+#     forced-mode episode and one generate through ConfKVSession with a tiny model, device against CPU
+#     (gpu_e2e.json, gpu_e2e.md).
+# Writes to $OUT (or ./gpu_check_out), with run.log. Wheels the image lacks (sqlite-utils, pydantic, flask; see
+# scripts/gpu_wheels.sh) are installed from .whl/ when the run carries it. Each part runs even if an earlier one
+# failed; the exit status is 1 if any failed. Usage: scripts/gpu_check.sh [extra pytest args]
+# From the device tool: run(command="bash scripts/gpu_check.sh", carry=[".whl"], timeout_s=560)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 OUT_DIR="${OUT:-gpu_check_out}"
 mkdir -p "$OUT_DIR"
+exec > >(tee "$OUT_DIR/run.log") 2>&1
 unset TRITON_INTERPRET CONFKV_ATTENTION
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+start=$(date +%s)
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
 
 "$PY" - <<'PY' || { echo "[gpu_check] no CUDA torch/triton here; nothing to check"; exit 2; }
 import torch, triton
@@ -18,11 +33,11 @@ print(f"[gpu_check] torch {torch.__version__} triton {triton.__version__} on {to
 PY
 
 status=0
-echo "[gpu_check] kernel tests (compiled, CUDA tensors)"
+echo "[gpu_check] 1. kernel tests (compiled, CUDA tensors)"
 "$PY" -m pytest tests/confkv/test_kernels.py -m triton -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT_DIR/kernel_tests.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
-echo "[gpu_check] benchmark 1K..32K"
+echo "[gpu_check] 1. kernel bandwidth 1K..32K ($(( $(date +%s) - start )) s so far)"
 "$PY" - "$OUT_DIR" <<'PY' 2>&1 | tee "$OUT_DIR/kernel_bench.txt"
 import json, sys
 from pathlib import Path
@@ -31,15 +46,16 @@ from confkv.bench.kernel import KernelBenchConfig, format_report, run_kernel_ben
 
 cfg = KernelBenchConfig(lengths=(1024, 2048, 4096, 8192, 16384, 32768), iters=50, warmup=5)
 report = run_kernel_bench(cfg)
-Path(sys.argv[1], "kernel_bench.json").write_text(json.dumps(report, indent=2))
 print("\n".join(format_report(report)))
 # Same at a small-model shape (Qwen2.5-0.5B-like: 14 query heads, 2 KV heads, D=64).
 small = run_kernel_bench(KernelBenchConfig(lengths=(4096, 32768), heads=14, kv_heads=2, head_dim=64, iters=50))
-Path(sys.argv[1], "kernel_bench_small.json").write_text(json.dumps(small, indent=2))
 print("\n".join(format_report(small)))
+Path(sys.argv[1], "kernel_bench.json").write_text(json.dumps({"qwen2.5-7b-like": report, "qwen2.5-0.5b-like": small},
+                                                             indent=2))
 PY
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-echo "[gpu_check] launch-config sweep at 32K (block_n, num_warps, num_stages), to pick the defaults"
+
+echo "[gpu_check] 1. launch-config sweep at 32K (block_n, num_warps, num_stages), to pick the defaults"
 "$PY" - <<'PY' 2>&1 | tee "$OUT_DIR/kernel_sweep.txt"
 import torch
 from triton.testing import do_bench
@@ -60,5 +76,9 @@ for name, n_int8 in (("fp", 0), ("int8", t - 128)):
             except Exception as exc:  # a config that does not compile/fit is reported, not fatal
                 print(f"{name:5} block_n={bn:4} warps={nw} stages={ns} mass={mass!s:5} FAILED {type(exc).__name__}: {exc}")
 PY
-echo "[gpu_check] done, status $status, results in $OUT_DIR"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "[gpu_check] 2-4. end to end ($(( $(date +%s) - start )) s so far)"
+"$PY" -m cli.gpu_check --out "$OUT_DIR" --time-limit "${GEN_TIME_LIMIT:-75}" || status=1
+echo "[gpu_check] done in $(( $(date +%s) - start )) s, status $status, results in $OUT_DIR"
 exit $status

@@ -41,14 +41,14 @@ class DecodeRow:
     gate_open_rate: float | None = None  # share of the run's forwards the confidence gate opened on (gated only)
 
 
-def _clock(device: torch.device) -> float:
+def device_clock(device: torch.device) -> float:
     """perf_counter after the device finished its queued work (CUDA launches are asynchronous)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()
 
 
-class _Plain:
+class PlainDecoder:
     """transformers' own `DynamicCache` decode: the baseline every ratio is against."""
 
     def __init__(self, model, ids: torch.Tensor) -> None:
@@ -69,14 +69,15 @@ class _Plain:
         return None, self.cache.get_seq_length(), kv, None
 
 
-class _Ours:
+class SessionDecoder:
     """A `ConfKVSession` with one policy; its prefill (chunked, eviction between chunks) is timed."""
 
     def __init__(self, model, ids: torch.Tensor, policy) -> None:
         self.session = ConfKVSession(model, policy)
-        t0 = _clock(self.session.device)
+        self.session.cache.sync_for_timing = self.session.device.type == "cuda"  # bookkeeping: its own device time
+        t0 = device_clock(self.session.device)
         self.session.append(ids)
-        self.prefill_tok_s = ids.shape[1] / (_clock(self.session.device) - t0)
+        self.prefill_tok_s = ids.shape[1] / (device_clock(self.session.device) - t0)
         self.session.cache.bookkeeping_s = 0.0
 
     def step(self, tok: int) -> None:
@@ -114,14 +115,14 @@ def run_decode_bench(
         prefill: dict[str, list[float]] = {"full": [], "confkv": []}
         extra: dict[str, tuple] = {}
         for _ in range(repeats):
-            runs = {"plain": _Plain(model, ids)} | {name: _Ours(model, ids, pol) for name, pol in policies.items()}
+            runs = {"plain": PlainDecoder(model, ids)} | {name: SessionDecoder(model, ids, pol) for name, pol in policies.items()}
             spent = dict.fromkeys(runs, 0.0)
             device = runs["plain"].device
             for tok in ids[0, :steps].tolist():  # one step of each variant in turn: noise hits all of them alike
                 for name, run in runs.items():
-                    t0 = _clock(device)
+                    t0 = device_clock(device)
                     run.step(tok)
-                    spent[name] += _clock(device) - t0
+                    spent[name] += device_clock(device) - t0
             for name, run in runs.items():
                 samples[name].append(spent[name] / steps)
                 book, kept, kv, gate = run.figures()

@@ -20,11 +20,10 @@ from typer.testing import CliRunner
 from agent.actions import parse_action
 from cli.main import app
 from confkv.policies import get_policy
-from confkv.testing import tiny_model
+from confkv.testing import tiny_chat_tokenizer, tiny_model
 from envs.taskspec import load_task
 from runner.footprint import at_footprint, footprint_slots
 from runner.forced import ForcedSpec, forced_specs, run_forced, same_action
-from tests.tiny_chat import tiny_chat_tokenizer
 from traces.forced import forced_rows, summarize_forced
 from traces.forced_compare import head_to_head
 from traces.forced_dropped import decision_memory, dropped_lines
@@ -211,3 +210,21 @@ def test_common_tasks_keeps_only_tasks_every_label_finished():
     assert ("1", "sliding") in {(r["task_id"], r["policy"]) for r in common_tasks(with_broken_label)}
     disjoint = [row("1", "full"), row("2", "sliding")]
     assert common_tasks(disjoint) == disjoint  # nothing in common: every row, rather than an empty plot
+
+
+def test_the_gpu_checks_recorded_trajectory_is_todays_replay(tmp_path):
+    """The GPU machine has no browser, so its forced episode scores a recorded trajectory
+    (tests/fixtures/trajectory-shopping_015.json); it must be what the replay gives today, and read back equal."""
+    from envs.server import Sites
+    from runner.browser import BrowserSession
+    from runner.forced import Trajectory, record_trajectory
+
+    task = load_task(TASKS / "shopping_015.yaml", parse_step=parse_action)
+    fixture = json.loads((TASKS.parent / "tests" / "fixtures" / "trajectory-shopping_015.json").read_text())
+    with Sites(task.sites, workdir=tmp_path / "sites") as sites, \
+            BrowserSession([sites.url(n) for n in task.sites]) as browser:  # fmt: skip
+        traj = record_trajectory(task, sites, browser)
+    assert json.loads(json.dumps(traj.to_json())) == fixture  # (JSON: int keys as strings, tuples as lists)
+    back = Trajectory.from_json(fixture)
+    assert back.to_json() == traj.to_json() and len(back.steps) == 7 and back.answer == traj.answer
+    assert [s.observation.render() for s in back.steps] == [s.observation.render() for s in traj.steps]
