@@ -40,6 +40,16 @@ class MemorySnapshot:
     cold_bytes: int = 0  # the cold tier (recallable eviction): not read by attention, not in kv_bytes
 
 
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The keyword the model's `forward` takes its cache by: `cache` in recent transformers 5.x, `past_key_values`
+    before the rename (5.17 has only that one; an unknown keyword is swallowed by `**kwargs` there and the model
+    silently builds a fresh cache every forward). Read from the signature, not from the version."""
+    import inspect
+
+    params = inspect.signature(type(model).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
 def num_layers(config) -> int:
     cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
     for name in ("num_hidden_layers", "n_layer", "num_layers"):

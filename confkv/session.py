@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from confkv.cache import ConfKVCache, attach
+from confkv.cache import ConfKVCache, attach, cache_kwarg
 from confkv.policy import CONFIDENCE_POSITIONS, KVPolicy
 
 
@@ -62,6 +62,7 @@ class ConfKVSession:
         self.stats = SessionStats()
         self.last_logits: torch.Tensor | None = None  # [B, V] logits of the last position seen
         self.device = next(model.parameters()).device
+        self._cache_kw = cache_kwarg(model)
         self._scope_depth = 0
 
     @property
@@ -122,7 +123,7 @@ class ConfKVSession:
         position_ids = torch.arange(start, start + ids.shape[1], device=self.device).expand(ids.shape[0], -1)
         with self.attached(), torch.no_grad():
             out = self.model(
-                input_ids=ids.to(self.device), position_ids=position_ids, cache=self.cache, use_cache=True,
+                input_ids=ids.to(self.device), position_ids=position_ids, **{self._cache_kw: self.cache}, use_cache=True,
                 logits_to_keep=keep,
             )
         return out.logits

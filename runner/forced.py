@@ -234,7 +234,7 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
             greedy = greedy_answer(agent)
         logits = agent.force_reply(written, step.reply, step.observation, all_logits=True)[0]
         pred = torch.cat([last[:1], logits[:-1]]).float()
-        target = torch.tensor(reply_ids)
+        target = torch.tensor(reply_ids, device=pred.device)
         nll = -torch.log_softmax(pred, dim=-1).gather(1, target[:, None])[:, 0]
         correct = pred.argmax(dim=-1) == target
         span = _answer_span(written, traj.answer if step.action.verb == "stop" else None)

@@ -75,11 +75,13 @@ def plain_prefill_tok_s(model: Any, n: int, vocab: int, seed: int = 0) -> float:
     """transformers' own prefill of `n` tokens into a `DynamicCache`, in one forward."""
     from transformers import DynamicCache
 
+    from confkv.cache import cache_kwarg
+
     ids = torch.randint(10, vocab - 10, (1, n), generator=torch.Generator().manual_seed(seed))
     cache = DynamicCache(config=model.config)
     t0 = time.perf_counter()
     with torch.no_grad():
-        model(ids, cache=cache, use_cache=True, logits_to_keep=1)
+        model(ids, **{cache_kwarg(model): cache}, use_cache=True, logits_to_keep=1)
     return n / (time.perf_counter() - t0)
 
 

@@ -24,6 +24,7 @@ import torch
 from transformers import DynamicCache
 
 from confkv.bench.protocol import Benchmark, OptionError, Progress, ints, label, option, resolve_dtype
+from confkv.cache import cache_kwarg
 from confkv.policies import get_policy
 from confkv.session import ConfKVSession
 
@@ -54,13 +55,14 @@ class PlainDecoder:
     def __init__(self, model, ids: torch.Tensor) -> None:
         self.model, self.device = model, next(model.parameters()).device
         self.cache = DynamicCache(config=model.config)
+        self.kw = {cache_kwarg(model): self.cache, "use_cache": True}
         self.pos = ids.shape[1]
         with torch.no_grad():
-            model(ids.to(self.device), cache=self.cache, use_cache=True, logits_to_keep=1)
+            model(ids.to(self.device), **self.kw, logits_to_keep=1)
 
     def step(self, tok: int) -> None:
         with torch.no_grad():
-            self.model(torch.tensor([[tok]], device=self.device), cache=self.cache, use_cache=True,
+            self.model(torch.tensor([[tok]], device=self.device), **self.kw,
                        position_ids=torch.tensor([[self.pos]], device=self.device))
         self.pos += 1
 

@@ -33,14 +33,17 @@ def decode_breakdown(model: Any, context: int, steps: int = 8, seed: int = 0) ->
     """ms per decode step in each of PARTS after `context` random tokens; the shares add up to the step."""
     from transformers import DynamicCache
 
+    from confkv.cache import cache_kwarg
+
     vocab = int(model.config.vocab_size)
     ids = torch.randint(10, vocab - 10, (1, context + steps), generator=torch.Generator().manual_seed(seed))
     head = model.get_output_embeddings()
     layers = model.model.layers
     totals: dict[str, float] = {}
     cache = DynamicCache(config=model.config)
+    kw = {cache_kwarg(model): cache, "use_cache": True}
     with torch.no_grad():
-        model(ids[:, :context], cache=cache, use_cache=True, logits_to_keep=1)
+        model(ids[:, :context], **kw, logits_to_keep=1)
         hooks = _timed(head, "head", totals)
         for i, layer in enumerate(layers):
             hooks += _timed(layer.self_attn, f"attn{i}", totals) + _timed(layer.mlp, f"mlp{i}", totals)
@@ -50,7 +53,7 @@ def decode_breakdown(model: Any, context: int, steps: int = 8, seed: int = 0) ->
         try:
             t0 = time.perf_counter()
             for k in range(context, context + steps):
-                model(ids[:, k : k + 1], cache=cache, use_cache=True)
+                model(ids[:, k : k + 1], **kw)
             total = time.perf_counter() - t0
         finally:
             for h in hooks:

@@ -39,3 +39,22 @@ def test_decode_rows_and_kv_bytes_after_generation():
     assert abs(confkv.kv_bytes - confkv.kv_bytes_arithmetic) <= 0.05 * confkv.kv_bytes_arithmetic
     stopped = kv_after_generation(model, TINY, "full", 10_000, time_limit_s=0.0)
     assert stopped.generated == 64 and stopped.asked == 10_000  # the time limit is checked every 64 tokens
+
+
+def test_the_cache_keyword_is_read_from_the_models_forward():
+    """transformers renamed `past_key_values` to `cache` within 5.x; an unknown keyword is swallowed by **kwargs
+    in the older forward, so the model silently builds its own cache: the keyword must be one forward declares."""
+    import inspect
+
+    from confkv.cache import cache_kwarg
+    from confkv.testing import tiny_model
+
+    for arch in ("llama", "qwen2", "gpt2"):
+        model, _ = tiny_model(arch)
+        assert cache_kwarg(model) in inspect.signature(type(model).forward).parameters
+
+    class Older(torch.nn.Module):
+        def forward(self, input_ids, past_key_values=None, **kwargs):
+            return past_key_values
+
+    assert cache_kwarg(Older()) == "past_key_values"
