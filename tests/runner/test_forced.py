@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -71,6 +72,23 @@ def test_budgets_are_matched_in_bytes(tiny):
     labels = [s.label for s in forced_specs({"full": get_policy("full"), "sliding": get_policy("sliding")}, [128, 256],
                                             slots)]  # fmt: skip
     assert labels == ["full", "sliding@128", "sliding@256"]
+
+
+@pytest.mark.parametrize("kv", [(2, 16), (2, 128)], ids=["tiny", "qwen2.5-1.5b"])
+def test_a_closed_gate_is_the_fixed_ranker_at_half_the_footprint(kv):
+    """Why the frontier's `confkv@180` decides exactly as `confkv-fixed@90` on agent traffic, where the forward gate
+    never opens: a closed gate runs at `n_low`, which `at_footprint` sets to half the footprint's tokens, and every
+    other part (ranker, sinks, protected window, INT8 window) is the same."""
+    heads, dim = kv
+    config = SimpleNamespace(num_key_value_heads=heads, head_dim=dim, num_attention_heads=4 * heads,
+                             hidden_size=4 * heads * dim)  # fmt: skip
+    slots = footprint_slots(config, "fp32")
+    for budget in (90, 180, 360):
+        gated = at_footprint(get_policy("confkv"), 2 * budget, slots)
+        fixed = at_footprint(get_policy("confkv-fixed"), budget, slots)
+        assert gated.gated and not fixed.gated
+        assert gated.n_low == fixed.budget < gated.n_high
+        assert (gated.ranking, gated.protection, gated.storage) == (fixed.ranking, fixed.protection, fixed.storage)
 
 
 def test_forced_mode_end_to_end(tiny, tmp_path):
