@@ -35,6 +35,8 @@ section() {  # title, then forced-table's arguments
   section "The gate and recall against the gate off" --policies "$GATE"
   section "The same, tau's tasks (15, 16) held out" --policies "$GATE" --exclude-tasks 15,16
   section "The footprint sweep, tasks with every label" --policies "$SWEEP" --common
+  section "The forward gate closed: confkv and confkv-recall at 180 beside confkv-fixed at 90 (n_low 225 = budget 225)" \
+    --policies full,confkv@180,confkv-recall@180,confkv-fixed@90 --tasks 3,11
 } > "$TABLES"
 "$CLI" traces forced-table --db "$SNAP" --policies "$AT180" --png "$OUT/$NAME-partial.png" >/dev/null
 "$CLI" traces forced-table --db "$SNAP" --policies "$SWEEP" --common --png "$OUT/${NAME/frontier/frontier-sweep}-partial.png" >/dev/null \
