@@ -1,4 +1,4 @@
-"""`confkv-agent traces ls|summary|breakdown|compare|browse|forced-table|miniwob|confidence|retention`, `confkv-agent replay` and `confkv-agent report`: read the trace database.
+"""`confkv-agent traces ls|summary|breakdown|compare|browse|forced-table|forced-plan|miniwob|confidence|retention`, `confkv-agent replay` and `confkv-agent report`: read the trace database.
 
 These commands only read, so they never create a database: a missing or foreign file is a one-line error.
 sqlite-utils, rich rendering and matplotlib are imported inside the commands to keep `--help` fast.
@@ -299,7 +299,7 @@ def miniwob_command(
 def register(app: typer.Typer) -> None:
     """Add the `traces` group, `replay` and `report` to the root app."""
     from cli.traces_confidence import confidence_command
-    from cli.traces_forced import forced_table_command
+    from cli.traces_forced import forced_plan_command, forced_table_command
     from cli.traces_retention import retention_command
 
     traces_app = typer.Typer(help="Inspect recorded episodes.", no_args_is_help=True)
@@ -309,6 +309,7 @@ def register(app: typer.Typer) -> None:
     traces_app.command("breakdown")(breakdown_command)
     traces_app.command("compare")(compare_command)
     traces_app.command("forced-table")(forced_table_command)
+    traces_app.command("forced-plan")(forced_plan_command)
     traces_app.command("miniwob")(miniwob_command)
     traces_app.command("confidence")(confidence_command)
     traces_app.command("retention")(retention_command)

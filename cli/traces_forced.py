@@ -111,3 +111,65 @@ def forced_table_command(
 
 def _task_ids(text: str | None) -> set[str] | None:
     return None if text is None else {t.strip() for t in text.split(",") if t.strip()}
+
+
+def forced_plan_command(
+    tasks: list[Path] = typer.Argument(..., help="Task files or directories (e.g. tasks/)."),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=DB_HELP),
+    policies: str = typer.Option(..., "--policies", help="The policies the run scores, comma-separated, as given "
+                                 "to `eval --mode forced`."),
+    budgets: str | None = typer.Option(None, "--budgets", help="The run's footprints, as given to `eval`."),
+    dtype: str = typer.Option("fp32", "--dtype", help="Precision for a task with no rows yet (a task with rows "
+                              "stays at theirs: rows pair only within one precision)."),
+    memory_span: str | None = typer.Option(None, "--memory-span", help="Only tasks of this memory span (long or "
+                                           "short)."),
+    exclude_tasks: str | None = typer.Option(None, "--exclude-tasks", help="Leave out these task ids, "
+                                             "comma-separated (e.g. tasks to re-score by hand)."),
+    commands: bool = typer.Option(False, "--commands", help="Print one line per task, `PRECISION PATH`, for a "
+                                  "script that runs `eval` task by task, instead of the table."),
+) -> None:
+    """What a forced run still owes, task by task: the labels each task lacks, at the precision its rows have, the
+    cheapest tasks first (short memory span, then fewest reference steps). A session that resumes a long run on
+    another machine starts from this instead of rebuilding the list by hand."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from confkv.policies import PolicyError, get_policy
+    from envs.taskspec import TaskSpecError, load_task, task_files
+    from runner.footprint import label_budgets
+    from traces.fmt import terminal_safe
+    from traces.forced_plan import forced_plan
+
+    if memory_span not in (None, "long", "short"):
+        raise _fail(f"--memory-span must be long or short, not {_label(memory_span)}")
+    names = list(dict.fromkeys(p.strip() for p in policies.split(",") if p.strip()))
+    try:
+        built = {name: get_policy(name) for name in names}
+        steps = [int(b) for b in (budgets or "").split(",") if b.strip()]
+        files = task_files(tasks)
+        loaded = [(path, load_task(path)) for path in files]
+    except PolicyError as exc:
+        raise _fail(f"--policies: {terminal_safe(str(exc))}") from None
+    except ValueError:
+        raise _fail(f"--budgets expects comma-separated integers, got {_label(budgets or '')}") from None
+    except TaskSpecError as exc:
+        raise _fail(terminal_safe("; ".join(exc.errors))) from None
+    if not names:
+        raise _fail("--policies names no policy")
+    if not db.exists():
+        raise _fail(f"no database at {terminal_safe(str(db))}")
+    left_out = _task_ids(exclude_tasks) or set()
+    loaded = [(path, task) for path, task in loaded if str(task.task_id) not in left_out]
+    labels = [label for label, _, _ in label_budgets(built, sorted(set(steps)))]
+    plan = forced_plan(db, loaded, labels, dtype, memory_span)
+    if commands:
+        for p in plan:
+            typer.echo(f"{p.precision} {p.path}")
+        return
+    table = Table(title=f"{len(plan)} of {len(loaded)} tasks owe labels ({len(labels)} labels each)")
+    for col in ("task", "file", "span", "steps", "precision", "done", "missing"):
+        table.add_column(col, overflow="fold")
+    for p in plan:
+        table.add_row(str(p.task.task_id), terminal_safe(p.path.stem), p.task.memory_span, str(p.reference_steps),
+                      p.precision, f"{len(p.done)}/{len(labels)}", terminal_safe(" ".join(p.missing)))  # fmt: skip
+    Console().print(table, markup=False, highlight=False)

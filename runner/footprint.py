@@ -62,15 +62,22 @@ def at_footprint(policy: KVPolicy, budget: int, slots: tuple[int, int]) -> KVPol
     return policy.with_values(**values)
 
 
-def footprint_labels(policies: Mapping[str, KVPolicy], budgets: Sequence[int],
-                     slots: tuple[int, int]) -> dict[str, tuple[KVPolicy, str, int | None]]:
-    """label -> (policy, base name, budget): without budgets every policy as it is; with them every evicting policy
-    at every budget (`sliding@128`, `sliding@256`), a policy that never evicts (`full`) once, under its own name."""
-    out: dict[str, tuple[KVPolicy, str, int | None]] = {}
+def label_budgets(policies: Mapping[str, KVPolicy], budgets: Sequence[int]) -> list[tuple[str, str, int | None]]:
+    """(label, base name, budget) of every row a run of `policies` at `budgets` records: without budgets every
+    policy under its own name; with them every evicting policy at every budget (`sliding@128`, `sliding@256`), a
+    policy that never evicts (`full`) once, under its own name. The one place labels are spelled, so a plan read
+    back from the rows (`traces forced-plan`) names what `eval` writes."""
+    out: list[tuple[str, str, int | None]] = []
     for name, policy in policies.items():
         if not budgets or not policy.evicts:
-            out[name] = (policy, name, None)
-            continue
-        for b in budgets:
-            out[f"{name}@{b}"] = (at_footprint(policy, b, slots), name, b)
+            out.append((name, name, None))
+        else:
+            out += [(f"{name}@{b}", name, b) for b in budgets]
     return out
+
+
+def footprint_labels(policies: Mapping[str, KVPolicy], budgets: Sequence[int],
+                     slots: tuple[int, int]) -> dict[str, tuple[KVPolicy, str, int | None]]:
+    """label -> (policy at its footprint, base name, budget), for the labels of `label_budgets`."""
+    return {label: (policies[name] if b is None else at_footprint(policies[name], b, slots), name, b)
+            for label, name, b in label_budgets(policies, budgets)}  # fmt: skip

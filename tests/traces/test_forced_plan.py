@@ -1,0 +1,83 @@
+"""`traces forced-plan`: what a forced run still owes, read back from the rows the store wrote, in the order and at
+the precision a resumed run must use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from cli.main import app
+from confkv.policies import get_policy
+from envs.taskspec import load_task
+from runner.footprint import footprint_labels, label_budgets
+from traces.forced_plan import forced_plan
+from traces.store import TraceStore
+
+runner = CliRunner()
+TASKS = Path(__file__).resolve().parents[2] / "tasks"
+LABELS = ["full", "sliding-int8@180", "h2o-int8@180"]
+FILES = ["shopping_001.yaml", "shopping_003.yaml", "shopping_015.yaml", "classifieds_003.yaml", "forum_004.yaml"]
+
+
+def _db(path: Path) -> Path:
+    """shopping 1: every label done at fp32 (owes nothing); shopping 3: full at fp32-bf16-bf16 and sliding failed
+    (owes sliding and h2o at fp32-bf16-bf16); shopping 15: full at fp32 only; the rest: nothing."""
+    with TraceStore(path) as store:
+        runs = {(label, d): store.start_run("tiny", label, {"agent": {"dtype": d}}, mode="forced", git_revision=None,
+                                            machine=None)
+                for label in LABELS for d in ("fp32", "fp32-bf16-bf16")}  # fmt: skip
+
+        def done(label: str, dtype: str, task: int) -> None:
+            episode = store.start_episode(runs[(label, dtype)], str(task))
+            store.finish_episode(episode, success=True, peak_kv_bytes=1, full_kv_bytes=1)
+
+        for label in LABELS:
+            done(label, "fp32", 1)
+        done("full", "fp32-bf16-bf16", 3)
+        done("full", "fp32", 15)
+        store.fail_episode(store.start_episode(runs[("sliding-int8@180", "fp32-bf16-bf16")], "3"), "superseded")
+    return path
+
+
+def _loaded() -> list:
+    return [(TASKS / f, load_task(TASKS / f)) for f in FILES]
+
+
+def test_the_plan_owes_what_did_not_finish_at_each_tasks_precision(tmp_path: Path) -> None:
+    plan = forced_plan(_db(tmp_path / "f.sqlite"), _loaded(), LABELS, "fp32")
+    by_id = {p.task.task_id: p for p in plan}
+    assert 1 not in by_id  # every label done
+    assert by_id[3].precision == "fp32-bf16-bf16"  # stays at its full row's precision
+    assert by_id[3].done == ("full",) and by_id[3].missing == ("sliding-int8@180", "h2o-int8@180")  # failed: owed
+    assert by_id[15].precision == "fp32" and by_id[15].missing == tuple(LABELS[1:])
+    assert by_id[103].precision == "fp32" and by_id[103].missing == tuple(LABELS)  # no rows: the default
+    # cheapest first: short before long, then fewer reference steps, then task id
+    keys = [(p.task.memory_span != "short", p.reference_steps, p.task.task_id) for p in plan]
+    assert keys == sorted(keys) and plan[-1].task.task_id == 15
+    assert [p.task.task_id for p in forced_plan(tmp_path / "f.sqlite", _loaded(), LABELS, "fp32", "long")] == [15]
+
+
+def test_a_plan_names_the_labels_eval_writes() -> None:
+    built = {name: get_policy(name) for name in ("full", "sliding-int8", "confkv")}
+    assert [label for label, _, _ in label_budgets(built, [90, 180])] == list(footprint_labels(built, [90, 180], (8, 4)))
+    assert [label for label, _, _ in label_budgets(built, [])] == ["full", "sliding-int8", "confkv"]
+
+
+def test_forced_plan_cli(tmp_path: Path) -> None:
+    db = _db(tmp_path / "f.sqlite")
+    args = ["traces", "forced-plan", *(str(TASKS / f) for f in FILES), "--db", str(db),
+            "--policies", "full,sliding-int8,h2o-int8", "--budgets", "180"]  # fmt: skip
+    result = runner.invoke(app, [*args, "--commands", "--exclude-tasks", "204"])
+    assert result.exit_code == 0, result.output
+    lines = [line.split() for line in result.output.splitlines()]
+    assert [Path(path).name for _, path in lines] == ["classifieds_003.yaml", "shopping_003.yaml", "shopping_015.yaml"]
+    assert [precision for precision, _ in lines] == ["fp32", "fp32-bf16-bf16", "fp32"]
+    table = runner.invoke(app, args)
+    assert table.exit_code == 0 and "4 of 5 tasks owe labels" in table.output
+    for bad, message in ((["--policies", "nosuch"], "unknown policy"), (["--budgets", "x"], "--budgets expects"),
+                         (["--memory-span", "mid"], "--memory-span must be")):  # fmt: skip
+        result = runner.invoke(app, [*args, *bad])
+        assert result.exit_code == 1 and message in result.output, result.output
+    result = runner.invoke(app, [*args[:-6], "--db", str(tmp_path / "none.sqlite"), *args[-4:]])
+    assert result.exit_code == 1 and "no database" in result.output

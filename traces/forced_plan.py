@@ -1,0 +1,76 @@
+"""What a forced run still owes, task by task, read from its database.
+
+Why: the frontier (issue 36) runs for dozens of process-hours across sessions, often on another machine after the
+last one went back with its processes. Each session used to rebuild the list of tasks left, their order and each
+task's precision by hand; a slip (a task started at a second precision, a 12-step task picked before the cheap
+ones) cost hours. The plan is derived from the rows alone, so any session resumes the same work in the same order.
+
+Order: short-memory tasks before long ones, then fewer reference steps first (the cheapest tasks first, so the
+number of tasks every label has scored grows fastest), then task id. A task stays at the precision its rows were
+scored at (rows pair only within one); a task with no rows goes at the precision asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlite_utils
+
+from envs.taskspec import Task
+from traces.forced import run_precision
+
+
+@dataclass(frozen=True)
+class PlannedTask:
+    """One task's standing: the labels it has done, the ones it still needs, and the precision they must run at."""
+
+    task: Task
+    path: Path
+    precision: str
+    done: tuple[str, ...]
+    missing: tuple[str, ...]
+
+    @property
+    def reference_steps(self) -> int:
+        return len(self.task.reference_solution)
+
+
+def done_labels(db_path: Path) -> dict[int, dict[str, str | None]]:
+    """task id -> {label: precision} over the episodes that finished (an `error` row, superseded or crashed, owes
+    its label again). A database with no episodes yet gives an empty map."""
+    db = sqlite_utils.Database(db_path)
+    if not {"episodes", "runs"} <= set(db.table_names()):
+        return {}
+    sql = ("select e.task_id, e.policy, r.policy_config from episodes e join runs r on r.id = e.run_id "
+           "where e.status = 'done'")  # fmt: skip
+    out: dict[int, dict[str, str | None]] = {}
+    for task_id, label, config in db.execute(sql).fetchall():
+        out.setdefault(int(task_id), {})[label] = run_precision(config)
+    return out
+
+
+def task_precision(labels: dict[str, str | None], default: str) -> str:
+    """The precision a task's next rows must use: its `full` row's, else any row's, else `default`."""
+    if labels.get("full"):
+        return str(labels["full"])
+    return next((str(p) for p in labels.values() if p), default)
+
+
+def forced_plan(db_path: Path, tasks: Sequence[tuple[Path, Task]], labels: Sequence[str],
+                default_precision: str, memory_span: str | None = None) -> list[PlannedTask]:
+    """Every task of `tasks` (path, task) that still misses one of `labels` at its precision, in the order above."""
+    done = done_labels(db_path)
+    plan = []
+    for path, task in tasks:
+        if memory_span is not None and task.memory_span != memory_span:
+            continue
+        have = done.get(task.task_id, {})
+        precision = task_precision(have, default_precision)
+        finished = tuple(lbl for lbl in labels if lbl in have and have[lbl] in (precision, None))
+        missing = tuple(lbl for lbl in labels if lbl not in finished)
+        if missing:
+            plan.append(PlannedTask(task, path, precision, finished, missing))
+    plan.sort(key=lambda p: (p.task.memory_span != "short", p.reference_steps, p.task.task_id))
+    return plan
