@@ -156,12 +156,11 @@ def forced_plan_command(
         raise _fail(terminal_safe("; ".join(exc.errors))) from None
     if not names:
         raise _fail("--policies names no policy")
-    if not db.exists():
-        raise _fail(f"no database at {terminal_safe(str(db))}")
     left_out = _task_ids(exclude_tasks) or set()
     loaded = [(path, task) for path, task in loaded if str(task.task_id) not in left_out]
     labels = [label for label, _, _ in label_budgets(built, sorted(set(steps)))]
-    plan = forced_plan(db, loaded, labels, dtype, memory_span)
+    with _open(db) as store:
+        plan = forced_plan(store.db, loaded, labels, dtype, memory_span)
     if commands:
         for p in plan:
             typer.echo(f"{p.precision} {p.path}")

@@ -12,14 +12,16 @@ scored at (rows pair only within one); a task with no rows goes at the precision
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import sqlite_utils
+from typing import TYPE_CHECKING
 
 from envs.taskspec import Task
 from traces.forced import run_precision
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 
 @dataclass(frozen=True)
@@ -37,38 +39,39 @@ class PlannedTask:
         return len(self.task.reference_solution)
 
 
-def done_labels(db_path: Path) -> dict[int, dict[str, str | None]]:
-    """task id -> {label: precision} over the episodes that finished (an `error` row, superseded or crashed, owes
-    its label again). A database with no episodes yet gives an empty map."""
-    db = sqlite_utils.Database(db_path)
+def done_labels(db: sqlite_utils.Database) -> dict[int, dict[str, set[str | None]]]:
+    """task id -> {label: the precisions it finished at} (an `error` row, superseded or crashed, owes its label
+    again; a label can have finished at two precisions). A database with no episodes yet gives an empty map."""
     if not {"episodes", "runs"} <= set(db.table_names()):
         return {}
     sql = ("select e.task_id, e.policy, r.policy_config from episodes e join runs r on r.id = e.run_id "
            "where e.status = 'done'")  # fmt: skip
-    out: dict[int, dict[str, str | None]] = {}
+    out: dict[int, dict[str, set[str | None]]] = {}
     for task_id, label, config in db.execute(sql).fetchall():
-        out.setdefault(int(task_id), {})[label] = run_precision(config)
+        out.setdefault(int(task_id), {}).setdefault(label, set()).add(run_precision(config))
     return out
 
 
-def task_precision(labels: dict[str, str | None], default: str) -> str:
+def task_precision(labels: Mapping[str, set[str | None]], default: str) -> str:
     """The precision a task's next rows must use: its `full` row's, else any row's, else `default`."""
-    if labels.get("full"):
-        return str(labels["full"])
-    return next((str(p) for p in labels.values() if p), default)
+    for precisions in (labels.get("full", set()), *labels.values()):
+        known = sorted(p for p in precisions if p)
+        if known:
+            return known[0]
+    return default
 
 
-def forced_plan(db_path: Path, tasks: Sequence[tuple[Path, Task]], labels: Sequence[str],
+def forced_plan(db: sqlite_utils.Database, tasks: Sequence[tuple[Path, Task]], labels: Sequence[str],
                 default_precision: str, memory_span: str | None = None) -> list[PlannedTask]:
     """Every task of `tasks` (path, task) that still misses one of `labels` at its precision, in the order above."""
-    done = done_labels(db_path)
+    done = done_labels(db)
     plan = []
     for path, task in tasks:
         if memory_span is not None and task.memory_span != memory_span:
             continue
         have = done.get(task.task_id, {})
         precision = task_precision(have, default_precision)
-        finished = tuple(lbl for lbl in labels if lbl in have and have[lbl] in (precision, None))
+        finished = tuple(lbl for lbl in labels if have.get(lbl, set()) & {precision, None})
         missing = tuple(lbl for lbl in labels if lbl not in finished)
         if missing:
             plan.append(PlannedTask(task, path, precision, finished, missing))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import sqlite_utils
 from typer.testing import CliRunner
 
 from cli.main import app
@@ -20,9 +21,9 @@ LABELS = ["full", "sliding-int8@180", "h2o-int8@180"]
 FILES = ["shopping_001.yaml", "shopping_003.yaml", "shopping_015.yaml", "classifieds_003.yaml", "forum_004.yaml"]
 
 
-def _db(path: Path) -> Path:
+def _db(path: Path) -> sqlite_utils.Database:
     """shopping 1: every label done at fp32 (owes nothing); shopping 3: full at fp32-bf16-bf16 and sliding failed
-    (owes sliding and h2o at fp32-bf16-bf16); shopping 15: full at fp32 only; the rest: nothing."""
+    (owes sliding and h2o at fp32-bf16-bf16); shopping 15: full at fp32, sliding at fp32 and at fp32-bf16-bf16 (owes h2o); the rest: nothing."""
     with TraceStore(path) as store:
         runs = {(label, d): store.start_run("tiny", label, {"agent": {"dtype": d}}, mode="forced", git_revision=None,
                                             machine=None)
@@ -36,8 +37,10 @@ def _db(path: Path) -> Path:
             done(label, "fp32", 1)
         done("full", "fp32-bf16-bf16", 3)
         done("full", "fp32", 15)
+        done("sliding-int8@180", "fp32", 15)
+        done("sliding-int8@180", "fp32-bf16-bf16", 15)  # the same label finished at a second precision, later
         store.fail_episode(store.start_episode(runs[("sliding-int8@180", "fp32-bf16-bf16")], "3"), "superseded")
-    return path
+    return sqlite_utils.Database(path)
 
 
 def _loaded() -> list:
@@ -50,12 +53,12 @@ def test_the_plan_owes_what_did_not_finish_at_each_tasks_precision(tmp_path: Pat
     assert 1 not in by_id  # every label done
     assert by_id[3].precision == "fp32-bf16-bf16"  # stays at its full row's precision
     assert by_id[3].done == ("full",) and by_id[3].missing == ("sliding-int8@180", "h2o-int8@180")  # failed: owed
-    assert by_id[15].precision == "fp32" and by_id[15].missing == tuple(LABELS[1:])
+    assert by_id[15].precision == "fp32" and by_id[15].missing == ("h2o-int8@180",)
     assert by_id[103].precision == "fp32" and by_id[103].missing == tuple(LABELS)  # no rows: the default
     # cheapest first: short before long, then fewer reference steps, then task id
     keys = [(p.task.memory_span != "short", p.reference_steps, p.task.task_id) for p in plan]
     assert keys == sorted(keys) and plan[-1].task.task_id == 15
-    assert [p.task.task_id for p in forced_plan(tmp_path / "f.sqlite", _loaded(), LABELS, "fp32", "long")] == [15]
+    assert [p.task.task_id for p in forced_plan(sqlite_utils.Database(tmp_path / "f.sqlite"), _loaded(), LABELS, "fp32", "long")] == [15]
 
 
 def test_a_plan_names_the_labels_eval_writes() -> None:
@@ -65,8 +68,8 @@ def test_a_plan_names_the_labels_eval_writes() -> None:
 
 
 def test_forced_plan_cli(tmp_path: Path) -> None:
-    db = _db(tmp_path / "f.sqlite")
-    args = ["traces", "forced-plan", *(str(TASKS / f) for f in FILES), "--db", str(db),
+    _db(tmp_path / "f.sqlite")
+    args = ["traces", "forced-plan", *(str(TASKS / f) for f in FILES), "--db", str(tmp_path / "f.sqlite"),
             "--policies", "full,sliding-int8,h2o-int8", "--budgets", "180"]  # fmt: skip
     result = runner.invoke(app, [*args, "--commands", "--exclude-tasks", "204"])
     assert result.exit_code == 0, result.output
@@ -80,4 +83,4 @@ def test_forced_plan_cli(tmp_path: Path) -> None:
         result = runner.invoke(app, [*args, *bad])
         assert result.exit_code == 1 and message in result.output, result.output
     result = runner.invoke(app, [*args[:-6], "--db", str(tmp_path / "none.sqlite"), *args[-4:]])
-    assert result.exit_code == 1 and "no database" in result.output
+    assert result.exit_code == 1 and "no trace database" in result.output
