@@ -304,13 +304,12 @@ def _budgets(mode: str, raw: str | None, names: list[str]) -> list[int]:
         raise _usage_error("--mode forced scores KV policies; drop 'scripted' from --policies")
     if raw is None:
         return []
+    from runner.footprint import parse_budgets
+
     try:
-        values = [int(b) for b in raw.split(",") if b.strip()]
-    except ValueError:
-        raise _usage_error(f"--budgets expects comma-separated integers, got {raw!r}") from None
-    if not values or min(values) < 16:
-        raise _usage_error(f"--budgets values must be integers >= 16, got {raw!r}")
-    return sorted(set(values))
+        return parse_budgets(raw)
+    except ValueError as exc:
+        raise _usage_error(str(exc)) from None
 
 
 def _free_footprints(names: list[str], built: dict[str, Any], budgets: list[int], model: str,

@@ -136,7 +136,7 @@ def forced_plan_command(
 
     from confkv.policies import PolicyError, get_policy
     from envs.taskspec import TaskSpecError, load_task, task_files
-    from runner.footprint import label_budgets
+    from runner.footprint import label_budgets, parse_budgets
     from traces.fmt import terminal_safe
     from traces.forced_plan import forced_plan
 
@@ -145,20 +145,21 @@ def forced_plan_command(
     names = list(dict.fromkeys(p.strip() for p in policies.split(",") if p.strip()))
     try:
         built = {name: get_policy(name) for name in names}
-        steps = [int(b) for b in (budgets or "").split(",") if b.strip()]
-        files = task_files(tasks)
-        loaded = [(path, load_task(path)) for path in files]
     except PolicyError as exc:
         raise _fail(f"--policies: {terminal_safe(str(exc))}") from None
-    except ValueError:
-        raise _fail(f"--budgets expects comma-separated integers, got {_label(budgets or '')}") from None
-    except TaskSpecError as exc:
+    try:
+        steps = parse_budgets(budgets) if budgets is not None else []
+    except ValueError as exc:
+        raise _fail(terminal_safe(str(exc))) from None
+    try:
+        loaded = [(path, load_task(path)) for path in task_files(tasks)]
+    except TaskSpecError as exc:  # a ValueError too: caught apart, or a bad task would read as a bad --budgets
         raise _fail(terminal_safe("; ".join(exc.errors))) from None
     if not names:
         raise _fail("--policies names no policy")
     left_out = _task_ids(exclude_tasks) or set()
     loaded = [(path, task) for path, task in loaded if str(task.task_id) not in left_out]
-    labels = [label for label, _, _ in label_budgets(built, sorted(set(steps)))]
+    labels = [label for label, _, _ in label_budgets(built, steps)]
     with _open(db) as store:
         plan = forced_plan(store.db, loaded, labels, dtype, memory_span)
     if commands:

@@ -19,6 +19,22 @@ INT8_SCALE_BYTES = 4  # one fp32 scale per K and per V row of an INT8 slot (conf
 PRESET_BUDGET = 512  # the fixed baselines' budget in the presets: what a forced footprint stands for
 
 
+MIN_BUDGET = 16  # below this a budget holds less than the sinks plus one block: not a footprint worth scoring
+
+
+def parse_budgets(raw: str) -> list[int]:
+    """`--budgets` as `eval` and `traces forced-plan` read it: comma-separated footprints, each >= `MIN_BUDGET`,
+    sorted and deduplicated. One parser, so a list `forced-plan` accepts is one `eval` runs. Raises ValueError with
+    the message a command line prints."""
+    try:
+        values = [int(b) for b in raw.split(",") if b.strip()]
+    except ValueError:
+        raise ValueError(f"--budgets expects comma-separated integers, got {raw!r}") from None
+    if not values or min(values) < MIN_BUDGET:
+        raise ValueError(f"--budgets values must be integers >= {MIN_BUDGET}, got {raw!r}")
+    return sorted(set(values))
+
+
 def slot_bytes(config: Any, itemsize: int) -> tuple[int, int]:
     """Bytes of one token in one layer for a model `config` whose KV is `itemsize`-byte floats: (model dtype K+V,
     INT8 K+V plus their fp32 scales), summed over KV heads."""

@@ -79,8 +79,12 @@ def test_forced_plan_cli(tmp_path: Path) -> None:
     table = runner.invoke(app, args)
     assert table.exit_code == 0 and "4 of 5 tasks owe labels" in table.output
     for bad, message in ((["--policies", "nosuch"], "unknown policy"), (["--budgets", "x"], "--budgets expects"),
+                         (["--budgets", "8"], "integers >= 16"),  # eval's own check (runner.footprint)
                          (["--memory-span", "mid"], "--memory-span must be")):  # fmt: skip
         result = runner.invoke(app, [*args, *bad])
         assert result.exit_code == 1 and message in result.output, result.output
     result = runner.invoke(app, [*args[:-6], "--db", str(tmp_path / "none.sqlite"), *args[-4:]])
     assert result.exit_code == 1 and "no trace database" in result.output
+    # a missing task file is a task error (TaskSpecError is a ValueError: it once read as a bad --budgets)
+    result = runner.invoke(app, ["traces", "forced-plan", str(tmp_path / "gone.yaml"), *args[len(FILES) + 2:]])
+    assert result.exit_code == 1 and "no such file" in result.output and "--budgets" not in result.output
