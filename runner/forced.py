@@ -46,6 +46,7 @@ from agent.targets import to_labels
 from runner.footprint import footprint_labels
 from runner.heap import trim_heap
 from traces.forced import BROKEN_PREFIX, same_decision
+from traces.forced_plan import cheapest_first
 from traces.records import StepRecord
 
 if TYPE_CHECKING:
@@ -308,8 +309,9 @@ def run_forced(
     agent_settings: dict[str, Any] | None = None,
     on_result: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, int]:
-    """Score every unfinished (task, spec); one browser replay per task serves all its pending specs. Returns the
-    run id per label. Resumable: a spec's run is found again by its config and its finished tasks are skipped."""
+    """Score every unfinished (task, spec), cheapest tasks first (`cheapest_first`); one browser replay per task
+    serves all its pending specs. Returns the run id per label. Resumable: a spec's run is found again by its config
+    and its finished tasks are skipped."""
     from agent.model_policy import ModelAgent
     from confkv.policy import KVPolicy
     from runner.browser import BrowserSession
@@ -319,7 +321,7 @@ def run_forced(
     run_ids = {s.label: store.start_run(model_name, s.label, run_config(s, settings), resume=True, mode="forced",
                                         defaults=KVPolicy.defaults())
                for s in specs}  # fmt: skip
-    for task in tasks:
+    for task in sorted(tasks, key=cheapest_first):  # an interrupted run has finished the most tasks
         claimed: list[tuple[ForcedSpec, int]] = []
         for spec in specs:
             if str(task.task_id) in store.finished_tasks(run_ids[spec.label]):

@@ -39,6 +39,12 @@ class PlannedTask:
         return len(self.task.reference_solution)
 
 
+def cheapest_first(task: Task) -> tuple[bool, int, int]:
+    """The sort key of the order above. `eval --mode forced` (`runner.forced.run_forced`) runs its tasks in it too,
+    so a plan handed to one `eval` process keeps its order (task files load sorted by id)."""
+    return task.memory_span != "short", len(task.reference_solution), task.task_id
+
+
 def done_labels(db: sqlite_utils.Database) -> dict[int, dict[str, set[str | None]]]:
     """task id -> {label: the precisions it finished at} (an `error` row, superseded or crashed, owes its label
     again; a label can have finished at two precisions). A database with no episodes yet gives an empty map."""
@@ -75,5 +81,5 @@ def forced_plan(db: sqlite_utils.Database, tasks: Sequence[tuple[Path, Task]], l
         missing = tuple(lbl for lbl in labels if lbl not in finished)
         if missing:
             plan.append(PlannedTask(task, path, precision, finished, missing))
-    plan.sort(key=lambda p: (p.task.memory_span != "short", p.reference_steps, p.task.task_id))
+    plan.sort(key=lambda p: cheapest_first(p.task))
     return plan

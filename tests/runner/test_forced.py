@@ -105,8 +105,9 @@ def test_forced_mode_end_to_end(tiny, tmp_path):
     with Sites(["shopping"], workdir=tmp_path / "sites") as sites, TraceStore(tmp_path / "t.sqlite") as store:
         run_forced([long_task, broken], specs, model, tok, "tiny", store, sites, on_result=seen.append)
         rows = forced_rows(store.db)
-        assert [r["status"] for r in seen] == ["done", "done", "broken", "broken"]
-        assert "step 1 \"click [link 'No such link']\" failed" in seen[2]["reason"]
+        # cheapest first (traces.forced_plan.cheapest_first): the 2-step task before the 7-step one given first
+        assert [(r["task_id"], r["status"]) for r in seen] == [(98, "broken")] * 2 + [(15, "done")] * 2
+        assert "step 1 \"click [link 'No such link']\" failed" in seen[0]["reason"]
         summary = summarize_forced(rows)
         full, sinks = summary["full"], summary["sinks"]
         assert full.answer_dnll_long == 0.0 and full.action_dnll == 0.0 and full.paired == 1
