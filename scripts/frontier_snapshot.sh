@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Snapshot a live forced-frontier DB into docs/results (issue 36): a consistent copy (sqlite .backup, safe while
 # eval processes write), gzipped; every table of the page, written by `traces forced-table`, into one Markdown
-# file; and both figures. The page (docs/results/frontier-qwen2.5-coder-1.5b.md) quotes these tables.
+# file; and both figures. The page (docs/results/frontier-qwen2.5-coder-1.5b.md) quotes some of these tables:
+# scripts/frontier_page.py refreshes them there (its prose stays the author's to restate).
 # Usage: scripts/frontier_snapshot.sh [live DB] [name]   (defaults: runs/frontier/frontier.sqlite,
 # frontier-qwen2.5-coder-1.5b; OUT_DIR=docs/results). Needs sqlite3 and the venv's confkv-agent.
 set -euo pipefail
@@ -32,6 +33,7 @@ section() {  # title, then forced-table's arguments
     "$NAME" "$NAME" "$(date -u +'%F %H:%M')" "$(sqlite3 "$SNAP" 'select count(*) from forced_results')" "$NAME"
   section "The baselines at confkv's footprint, all tasks" --policies "$AT180"
   section "The baselines at confkv's footprint, long-memory tasks" --policies "$AT180" --memory-span long
+  section "The baselines at confkv's footprint, short-memory tasks" --policies "$AT180" --memory-span short
   section "The gate and recall against the gate off" --policies "$GATE"
   section "The same, tau's tasks (15, 16) held out" --policies "$GATE" --exclude-tasks 15,16
   section "The footprint sweep, tasks with every label" --policies "$SWEEP" --common
@@ -41,4 +43,7 @@ section() {  # title, then forced-table's arguments
 "$CLI" traces forced-table --db "$SNAP" --policies "$AT180" --png "$OUT/$NAME-partial.png" >/dev/null
 "$CLI" traces forced-table --db "$SNAP" --policies "$SWEEP" --common --png "$OUT/${NAME/frontier/frontier-sweep}-partial.png" >/dev/null \
   || echo "no sweep figure (no task has every sweep label)" >&2
+PAGE="$OUT/$NAME.md"
+PY="${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}"
+if [ -f "$PAGE" ]; then "$PY" scripts/frontier_page.py "$TABLES" "$PAGE"; fi  # the page's quoted tables, not its prose
 echo "wrote $OUT/$NAME.partial.sqlite.gz, $TABLES and the figures; snapshot kept at $SNAP"
