@@ -17,9 +17,7 @@ if TYPE_CHECKING:
 
 INT8_SCALE_BYTES = 4  # one fp32 scale per K and per V row of an INT8 slot (confkv.layer)
 PRESET_BUDGET = 512  # the fixed baselines' budget in the presets: what a forced footprint stands for
-
-
-MIN_BUDGET = 16  # below this a budget holds less than the sinks plus one block: not a footprint worth scoring
+MIN_BUDGET = 16  # the smallest footprint `eval` has ever accepted: a few sinks and recent tokens, no more
 
 
 def parse_budgets(raw: str) -> list[int]:
