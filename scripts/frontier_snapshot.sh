@@ -30,7 +30,7 @@ section() {  # title, then forced-table's arguments
 {
   printf '# The frontier'"'"'s tables (generated)\n\nWritten by `scripts/frontier_snapshot.sh` from'
   printf ' [%s.partial.sqlite.gz](%s.partial.sqlite.gz) (%s UTC, %s results). What they mean: [the page](%s.md).\n' \
-    "$NAME" "$NAME" "$(date -u +'%F %H:%M')" "$(sqlite3 "$SNAP" 'select count(*) from forced_results')" "$NAME"
+    "$NAME" "$NAME" "$(date -u +'%F %H:%M')" "$(sqlite3 "$SNAP" "select count(*) from forced_results f join episodes e on e.id = f.episode_id where e.status = 'done'")" "$NAME"
   section "The baselines at confkv's footprint, all tasks" --policies "$AT180"
   section "The baselines at confkv's footprint, long-memory tasks" --policies "$AT180" --memory-span long
   section "The baselines at confkv's footprint, short-memory tasks" --policies "$AT180" --memory-span short
