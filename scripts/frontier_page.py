@@ -33,24 +33,25 @@ def sections(text: str) -> dict[str, str]:
     return {parts[i].strip(): parts[i + 1] for i in range(1, len(parts), 2)}
 
 
+def _table_at(lines: list[str]) -> str:
+    """The table `lines` start with: its rows up to the first line that is not one."""
+    n = next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))
+    return "\n".join(lines[:n])
+
+
 def table(section: str, header: str) -> str:
     """The first table in `section` whose header line starts with `header`."""
     lines = section.splitlines()
     for i, line in enumerate(lines):
         if line.startswith(header):
-            end = i
-            while end < len(lines) and lines[end].startswith("|"):
-                end += 1
-            return "\n".join(lines[i:end])
+            return _table_at(lines[i:])
     raise KeyError(f"no table starting {header!r}")
 
 
 def replace_after(page: str, anchor: str, new: str) -> str:
     """`page` with the first table after `anchor` replaced by `new`."""
     start = page.index("\n|", page.index(anchor)) + 1
-    lines = page[start:].split("\n")
-    n = next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))
-    return page[:start] + new + page[start + len("\n".join(lines[:n])):]
+    return page[:start] + new + page[start + len(_table_at(page[start:].split("\n"))):]
 
 
 def refresh(tables_md: str, page: str) -> tuple[str, list[str]]:

@@ -31,8 +31,8 @@ for attempt in 1 2 3; do
     --dtype "$DTYPE" --commands "$@" | awk -v d="$DTYPE" '$1 == d {print $2}')
   if [ -z "$paths" ]; then break; fi
   echo "[resume] $(date -u +%FT%TZ) attempt $attempt: $(echo "$paths" | wc -l) tasks at $DTYPE" >&2
-  # shellcheck disable=SC2086  # one path per word
   status=0
+  # shellcheck disable=SC2086  # one path per word
   "$PY" -m cli eval $paths --mode forced --policies "$POLICIES" --budgets "$BUDGETS" --model "$MODEL" \
     --dtype "$DTYPE" --db "$DB" < /dev/null || status=$?
   if [ "$status" -eq 0 ]; then break; fi
