@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from cli.trace_db import DB_HELP, _fail, _ids, _open
 from traces import DEFAULT_DB_PATH
+
+if TYPE_CHECKING:
+    from traces.forced_plan import Coverage
 
 
 def _label(text: str) -> str:
@@ -127,6 +131,9 @@ def forced_plan_command(
                                              "comma-separated (e.g. tasks to re-score by hand)."),
     commands: bool = typer.Option(False, "--commands", help="Print one line per task, `PRECISION PATH`, for a "
                                   "script that runs `eval` task by task, instead of the table."),
+    coverage: bool = typer.Option(False, "--coverage", help="Print what is done instead, as a Markdown table: per "
+                                  "site and memory span, the tasks with every label, with `full` and labels owed, "
+                                  "and with no `full` yet."),
 ) -> None:
     """What a forced run still owes, task by task: the labels each task lacks, at the precision its rows have, the
     cheapest tasks first (short memory span, then fewest reference steps). A session that resumes a long run on
@@ -138,7 +145,7 @@ def forced_plan_command(
     from envs.taskspec import TaskSpecError, load_task, task_files
     from runner.footprint import label_budgets, parse_budgets
     from traces.fmt import terminal_safe
-    from traces.forced_plan import forced_plan
+    from traces.forced_plan import forced_coverage, forced_plan
 
     if memory_span not in (None, "long", "short"):
         raise _fail(f"--memory-span must be long or short, not {_label(memory_span)}")
@@ -160,8 +167,16 @@ def forced_plan_command(
     left_out = _task_ids(exclude_tasks) or set()
     loaded = [(path, task) for path, task in loaded if str(task.task_id) not in left_out]
     labels = [label for label, _, _ in label_budgets(built, steps)]
+    if memory_span is not None:
+        loaded = [(path, task) for path, task in loaded if task.memory_span == memory_span]
+    if coverage:
+        if "full" not in labels:
+            raise _fail("--coverage counts tasks by their `full` row: add full to --policies")
+        with _open(db) as store:
+            typer.echo(_coverage_table(forced_coverage(store.db, loaded, labels, dtype), len(labels)))
+        return
     with _open(db) as store:
-        plan = forced_plan(store.db, loaded, labels, dtype, memory_span)
+        plan = forced_plan(store.db, loaded, labels, dtype)
     if commands:
         for p in plan:
             typer.echo(f"{p.precision} {p.path}")
@@ -173,3 +188,18 @@ def forced_plan_command(
         table.add_row(str(p.task.task_id), terminal_safe(p.path.stem), p.task.memory_span, str(p.reference_steps),
                       p.precision, f"{len(p.done)}/{len(labels)}", terminal_safe(" ".join(p.missing)))  # fmt: skip
     Console().print(table, markup=False, highlight=False)
+
+
+def _coverage_table(rows: list[Coverage], labels: int) -> str:
+    from traces.forced_plan import id_ranges
+
+    def cell(ids: tuple[int, ...]) -> str:
+        return f"{len(ids)}: {id_ranges(ids)}" if ids else "-"
+
+    lines = [f"| site | memory span | tasks | every label ({labels}) | `full`, labels owed | no `full` yet |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r.site} | {r.span} | {r.tasks} | {cell(r.complete)} | {cell(r.partial)} | {cell(r.not_begun)} |"
+              for r in rows]  # fmt: skip
+    total = [sum(len(getattr(r, k)) for r in rows) for k in ("complete", "partial", "not_begun")]
+    lines.append(f"| all | | {sum(total)} | {total[0]} | {total[1]} | {total[2]} |")
+    return "\n".join(lines)

@@ -17,6 +17,7 @@ import sys
 
 # (anchor on the page, section title prefix in the tables file, the table's header prefix)
 QUOTES = [
+    ("Coverage by site and memory span", "Coverage:", "| site"),
     ("All tasks:", "The baselines at confkv's footprint, all", "| A vs B"),
     ("Long-memory tasks only", "The baselines at confkv's footprint, long", "| A vs B"),
     ("Short-memory tasks only", "The baselines at confkv's footprint, short", "| A vs B"),

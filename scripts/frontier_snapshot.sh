@@ -18,6 +18,7 @@ sqlite3 "$SNAP" "pragma wal_checkpoint(TRUNCATE);" >/dev/null
 gzip -9 -c "$SNAP" > "$OUT/$NAME.partial.sqlite.gz"
 
 AT180=full,confkv-fixed@180,sliding-int8@180,h2o-int8@180,random-int8@180
+LABELS180=full,confkv-fixed,sliding-int8,h2o-int8,random-int8  # the same labels, as forced-plan takes them
 GATE=full,confkv-fixed@180,confkv-turn@180,confkv-turn-wide@180,confkv-turn-recall@180,confkv@180
 SWEEP=full,confkv-fixed@90,confkv-fixed@180,confkv-fixed@360,sliding-int8@90,sliding-int8@180,sliding-int8@360
 SWEEP=$SWEEP,h2o-int8@90,h2o-int8@180,h2o-int8@360
@@ -31,6 +32,9 @@ section() {  # title, then forced-table's arguments
   printf '# The frontier'"'"'s tables (generated)\n\nWritten by `scripts/frontier_snapshot.sh` from'
   printf ' [%s.partial.sqlite.gz](%s.partial.sqlite.gz) (%s UTC, %s results). What they mean: [the page](%s.md).\n' \
     "$NAME" "$NAME" "$(date -u +'%F %H:%M')" "$(sqlite3 "$SNAP" "select count(*) from forced_results f join episodes e on e.id = f.episode_id where e.status = 'done'")" "$NAME"
+  printf '\n## Coverage: the five labels at 180, by site and memory span\n\n'
+  printf '`confkv-agent traces forced-plan tasks/ --db <snapshot> --policies %s --budgets 180 --coverage`\n\n' "$LABELS180"
+  "$CLI" traces forced-plan tasks/ --db "$SNAP" --policies "$LABELS180" --budgets 180 --coverage 2>/dev/null || echo "(no rows)"
   section "The baselines at confkv's footprint, all tasks" --policies "$AT180"
   section "The baselines at confkv's footprint, long-memory tasks" --policies "$AT180" --memory-span long
   section "The baselines at confkv's footprint, short-memory tasks" --policies "$AT180" --memory-span short

@@ -83,3 +83,48 @@ def forced_plan(db: sqlite_utils.Database, tasks: Sequence[tuple[Path, Task]], l
             plan.append(PlannedTask(task, path, precision, finished, missing))
     plan.sort(key=lambda p: cheapest_first(p.task))
     return plan
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What one site and memory span has: task ids with every label, with `full` and some labels still owed, and
+    with no `full` row yet (a task's labels count at its precision only, as in the plan)."""
+
+    site: str
+    span: str
+    complete: tuple[int, ...]
+    partial: tuple[int, ...]
+    not_begun: tuple[int, ...]
+
+    @property
+    def tasks(self) -> int:
+        return len(self.complete) + len(self.partial) + len(self.not_begun)
+
+
+def forced_coverage(db: sqlite_utils.Database, tasks: Sequence[tuple[Path, Task]], labels: Sequence[str],
+                    default_precision: str) -> list[Coverage]:
+    """One row per (site, memory span) of `tasks`, long spans first: the page's "what is here" as data, so a
+    snapshot states its coverage from the rows rather than from a hand-kept list. A task without `full` is not
+    begun whatever else it has: no other label pairs without it."""
+    if "full" not in labels:
+        raise ValueError("coverage counts tasks by their `full` row: the labels must include full")
+    owed = {p.task.task_id: p for p in forced_plan(db, tasks, labels, default_precision)}
+    groups: dict[tuple[str, str], list[list[int]]] = {}
+    for _, task in tasks:
+        site = "cross-site" if len(task.sites) > 1 else task.sites[0]
+        group = groups.setdefault((site, task.memory_span), [[], [], []])
+        p = owed.get(task.task_id)
+        group[0 if p is None else 1 if "full" in p.done else 2].append(task.task_id)
+    return [Coverage(site, span, *(tuple(sorted(ids)) for ids in group))
+            for (site, span), group in sorted(groups.items(), key=lambda kv: (kv[0][1] != "long", kv[0][0]))]
+
+
+def id_ranges(ids: Sequence[int]) -> str:
+    """`1, 2, 3, 5` -> `1-3, 5`: task ids as a reader scans them."""
+    runs: list[list[int]] = []
+    for i in sorted(set(ids)):
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"

@@ -12,7 +12,7 @@ from cli.main import app
 from confkv.policies import get_policy
 from envs.taskspec import load_task
 from runner.footprint import footprint_labels, label_budgets
-from traces.forced_plan import forced_plan
+from traces.forced_plan import forced_coverage, forced_plan, id_ranges
 from traces.store import TraceStore
 
 runner = CliRunner()
@@ -61,6 +61,18 @@ def test_the_plan_owes_what_did_not_finish_at_each_tasks_precision(tmp_path: Pat
     assert [p.task.task_id for p in forced_plan(sqlite_utils.Database(tmp_path / "f.sqlite"), _loaded(), LABELS, "fp32", "long")] == [15]
 
 
+def test_coverage_counts_tasks_by_site_and_span_at_their_precision(tmp_path: Path) -> None:
+    rows = forced_coverage(_db(tmp_path / "f.sqlite"), _loaded(), LABELS, "fp32")
+    got = {(r.site, r.span): (r.complete, r.partial, r.not_begun) for r in rows}
+    assert got == {("shopping", "long"): ((), (15,), ()), ("shopping", "short"): ((1,), (3,), ()),
+                   ("classifieds", "short"): ((), (), (103,)), ("forum", "short"): ((), (), (204,))}  # fmt: skip
+    assert rows[0].span == "long" and sum(r.tasks for r in rows) == len(FILES)
+    # without h2o asked for, 15 has every label (its sliding at fp32, its full's precision)
+    db = sqlite_utils.Database(tmp_path / "f.sqlite")
+    assert forced_coverage(db, _loaded(), LABELS[:2], "fp32")[0].complete == (15,)
+    assert id_ranges([5, 1, 2, 3, 7, 8]) == "1-3, 5, 7-8" and id_ranges([]) == "-"
+
+
 def test_a_plan_names_the_labels_eval_writes() -> None:
     built = {name: get_policy(name) for name in ("full", "sliding-int8", "confkv")}
     assert [label for label, _, _ in label_budgets(built, [90, 180])] == list(footprint_labels(built, [90, 180], (8, 4)))
@@ -78,6 +90,11 @@ def test_forced_plan_cli(tmp_path: Path) -> None:
     assert [precision for precision, _ in lines] == ["fp32", "fp32-bf16-bf16", "fp32"]
     table = runner.invoke(app, args)
     assert table.exit_code == 0 and "4 of 5 tasks owe labels" in table.output
+    done = runner.invoke(app, [*args, "--coverage"])
+    assert done.exit_code == 0 and "| shopping | short | 2 | 1: 1 | 1: 3 | - |" in done.output, done.output
+    assert done.output.rstrip().endswith("| all | | 5 | 1 | 2 | 2 |")
+    nofull = runner.invoke(app, [*args[:-4], "--policies", "sliding-int8", *args[-2:], "--coverage"])
+    assert nofull.exit_code == 1 and "add full" in nofull.output
     for bad, message in ((["--policies", "nosuch"], "unknown policy"), (["--budgets", "x"], "--budgets expects"),
                          (["--budgets", "8"], "integers >= 16"),  # eval's own check (runner.footprint)
                          (["--memory-span", "mid"], "--memory-span must be")):  # fmt: skip
