@@ -1,5 +1,5 @@
-"""`confkv-agent models list|pull|calibrate`: the named offline models, their local conversion state, and the gate
-thresholds calibrated for them (`confkv.calibration`)."""
+"""`confkv-agent models list|pull|calibrate|precision`: the named offline models, their local conversion state, the
+gate thresholds calibrated for them (`confkv.calibration`) and the precision `--dtype auto` picks on this machine."""
 
 from __future__ import annotations
 
@@ -157,6 +157,28 @@ def calibrate_cmd(
         raise _fail("nothing calibrated: the runs hold none of the confidences these gates compare")
 
 
+@models_app.command("precision")
+def precision_cmd(
+    model: str = typer.Argument(..., help="A registry name or a model directory."),
+    dtype: str = typer.Option("auto", "--dtype", help="The precision to resolve (auto: measured on this machine)."),
+) -> None:
+    """Print the precision `--dtype` resolves to for MODEL on this machine, alone on stdout (the reasons on stderr),
+    so a script can pin the name: rows scored at one precision pair only with rows at it, and `auto` is measured per
+    machine (cached after the first time), so a long run records the concrete name, not `auto`."""
+    from confkv.models.dtype import DtypeError
+    from confkv.models.load import choose_precision
+    from traces.fmt import terminal_safe
+
+    try:
+        name, lines = choose_precision(dtype, model, progress=lambda msg: typer.echo(terminal_safe(msg), err=True))
+    except (DtypeError, ValueError, OSError) as exc:
+        typer.echo(f"error: {terminal_safe(str(exc))}", err=True)
+        raise typer.Exit(1) from None
+    for line in lines:
+        typer.echo(terminal_safe(line), err=True)
+    typer.echo(name)
+
+
 def register(app: typer.Typer) -> None:
-    """Add `models list`, `models pull` and `models calibrate` to the root app."""
+    """Add `models list`, `models pull`, `models calibrate` and `models precision` to the root app."""
     app.add_typer(models_app, name="models")

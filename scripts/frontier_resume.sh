@@ -3,14 +3,15 @@
 # a label, cheapest first, at the precision its rows have; this runs `eval --mode forced` on them in one process.
 # Start two at once (each single-threaded) from a pinned worktree: they share the DB and each claims a task's pending
 # labels under a lease, so the second skips what the first holds. Killed, it loses at most the episodes in flight;
-# rerun it. Only tasks at $DTYPE run (a task begun at another precision waits for a CPU that runs it fast).
+# rerun it. Only tasks at $DTYPE run (a task begun at another precision waits for a CPU that runs it fast);
+# DTYPE=auto (the default) is the precision `--dtype auto` measures fastest here, resolved once to its name.
 # Usage: scripts/frontier_resume.sh [forced-plan options, e.g. --memory-span short --exclude-tasks 14,116,123]
-# Env: DB (runs/frontier/frontier.sqlite, restored from the committed snapshot when missing), DTYPE (fp32),
+# Env: DB (runs/frontier/frontier.sqlite, restored from the committed snapshot when missing), DTYPE (auto),
 #      POLICIES, BUDGETS (180), MODEL (qwen2.5-coder-1.5b), PYTHON (the venv's, else python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DB="${DB:-runs/frontier/frontier.sqlite}"
-DTYPE="${DTYPE:-fp32}"
+DTYPE="${DTYPE:-auto}"
 POLICIES="${POLICIES:-full,confkv-fixed,sliding-int8,h2o-int8,random-int8}"
 BUDGETS="${BUDGETS:-180}"
 MODEL="${MODEL:-qwen2.5-coder-1.5b}"
@@ -22,6 +23,10 @@ if [ ! -f "$DB" ]; then
   echo "[resume] restored $DB from $SNAPSHOT" >&2
 fi
 export OMP_NUM_THREADS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if [ "$DTYPE" = auto ]; then  # one thread, as the evals run: the timings are cached per machine and thread count
+  DTYPE=$("$PY" -m cli models precision "$MODEL" --dtype auto)
+  echo "[resume] --dtype auto is $DTYPE on this machine" >&2
+fi
 # One eval process takes every task owed at $DTYPE, in the plan's order: its per-process prefix cache
 # (agent.model_policy._PREFIXES) then prefills the ~2.3K-token system prompt once per label, not once per task
 # (about two minutes per label at fp32 on one thread, half of a short task's episode). A run that ends in error is

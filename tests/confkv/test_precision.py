@@ -303,3 +303,26 @@ def test_bf16_rows_run_through_the_kernel_measured_faster_here(tmp_path, monkeyp
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"timings": {"row/mv": 3.0, "row/linear": 2.0}}))
     assert "via linear" in use_measured_row_kernel(config) and row_kernel() == "linear"
+
+
+def test_models_precision_prints_the_resolved_name_alone_on_stdout(tmp_path, monkeypatch):
+    """`frontier_resume.sh` pins `auto` to the name it resolves to here: stdout must be that name and nothing else."""
+    from typer.testing import CliRunner
+
+    import confkv.models.precision_choice as pc
+    from cli.main import app
+    from confkv.testing import tiny_config
+
+    tiny_config("qwen2").save_pretrained(tmp_path)
+    monkeypatch.setattr(pc, "cached_timings", lambda shapes, progress=None: (dict(TIMINGS), "injected"))
+    monkeypatch.setattr(pc, "allowed", lambda name: {n: "ok" for n in PRECISIONS})
+    runner = CliRunner()
+    auto = runner.invoke(app, ["models", "precision", str(tmp_path)])
+    assert auto.exit_code == 0, auto.output
+    assert auto.stdout == "bf16-float-w8a8\n" and "precision auto: injected" in auto.stderr
+    named = runner.invoke(app, ["models", "precision", str(tmp_path), "--dtype", "fp32"])
+    assert named.exit_code == 0 and named.stdout == "fp32\n"
+    bad = runner.invoke(app, ["models", "precision", str(tmp_path), "--dtype", "int4"])
+    assert bad.exit_code == 1 and "unknown dtype 'int4'" in bad.stderr and bad.stdout == ""
+    missing = runner.invoke(app, ["models", "precision", str(tmp_path / "none")])
+    assert missing.exit_code == 1 and missing.stdout == "" and "error:" in missing.stderr
