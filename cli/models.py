@@ -166,12 +166,13 @@ def precision_cmd(
     so a script can pin the name: rows scored at one precision pair only with rows at it, and `auto` is measured per
     machine (cached after the first time), so a long run records the concrete name, not `auto`."""
     from confkv.models.dtype import DtypeError
+    from confkv.models.fetch import ChecksumError, FetchError
     from confkv.models.load import choose_precision
     from traces.fmt import terminal_safe
 
-    try:
+    try:  # `auto` pulls a named model that is not here yet (its config holds the shapes it times)
         name, lines = choose_precision(dtype, model, progress=lambda msg: typer.echo(terminal_safe(msg), err=True))
-    except (DtypeError, ValueError, OSError) as exc:
+    except (DtypeError, ValueError, OSError, FetchError, ChecksumError) as exc:
         typer.echo(f"error: {terminal_safe(str(exc))}", err=True)
         raise typer.Exit(1) from None
     for line in lines:

@@ -24,9 +24,14 @@ if [ ! -f "$DB" ]; then
 fi
 export OMP_NUM_THREADS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if [ "$DTYPE" = auto ]; then  # one thread, as the evals run: the timings are cached per machine and thread count
-  DTYPE=$("$PY" -m cli models precision "$MODEL" --dtype auto)
+  # under a lock: two loops started together on a new machine would each time the CPU, against each other, and
+  # could pin two precisions; the second waits and reads the first's cached timings
+  DTYPE=$(flock "$DB.dtype.lock" "$PY" -m cli models precision "$MODEL" --dtype auto)
   echo "[resume] --dtype auto is $DTYPE on this machine" >&2
 fi
+case "$DTYPE" in
+  "" | *[!a-z0-9-]*) echo "[resume] not a precision name: '$DTYPE'" >&2; exit 1 ;;
+esac
 # One eval process takes every task owed at $DTYPE, in the plan's order: its per-process prefix cache
 # (agent.model_policy._PREFIXES) then prefills the ~2.3K-token system prompt once per label, not once per task
 # (about two minutes per label at fp32 on one thread, half of a short task's episode). A run that ends in error is

@@ -305,7 +305,7 @@ def test_bf16_rows_run_through_the_kernel_measured_faster_here(tmp_path, monkeyp
     assert "via linear" in use_measured_row_kernel(config) and row_kernel() == "linear"
 
 
-def test_models_precision_prints_the_resolved_name_alone_on_stdout(tmp_path, monkeypatch):
+def test_models_precision_prints_the_resolved_name_alone_on_stdout(tmp_path, monkeypatch, row_kernel_restored):
     """`frontier_resume.sh` pins `auto` to the name it resolves to here: stdout must be that name and nothing else."""
     from typer.testing import CliRunner
 
@@ -314,6 +314,7 @@ def test_models_precision_prints_the_resolved_name_alone_on_stdout(tmp_path, mon
     from confkv.testing import tiny_config
 
     tiny_config("qwen2").save_pretrained(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # `auto` on CUDA is bf16, untimed
     monkeypatch.setattr(pc, "cached_timings", lambda shapes, progress=None: (dict(TIMINGS), "injected"))
     monkeypatch.setattr(pc, "allowed", lambda name: {n: "ok" for n in PRECISIONS})
     runner = CliRunner()
