@@ -152,6 +152,11 @@ class Task(_Strict):
         return self
 
     @property
+    def kind(self) -> str:
+        """Its one site, or `cross-site`: the key of `ID_RANGES`, and how reports group tasks."""
+        return "cross-site" if len(self.sites) > 1 else self.sites[0]
+
+    @property
     def source(self) -> str:
         """The file this task came from (or `task <id>`), for messages."""
         return self._source or f"task {self.task_id}"
@@ -198,10 +203,9 @@ def _semantic_errors(task: Task, local: bool, parse_step: StepParser | None) -> 
     for i, part in enumerate(task.start_url.split(TAB_SEPARATOR)):
         if not any(part.strip().startswith(p) for p in PLACEHOLDERS):
             errors.append((("start_url",), f"tab {i} {short(part.strip())} must start with a site placeholder"))
-    id_range = ID_RANGES["cross-site" if len(task.sites) > 1 else task.sites[0]]
+    id_range = ID_RANGES[task.kind]
     if task.task_id not in id_range:
-        kind = "cross-site" if len(task.sites) > 1 else task.sites[0]
-        errors.append((("task_id",), f"{task.task_id} is outside the {kind} range {id_range.start}-{id_range.stop - 1}"))
+        errors.append((("task_id",), f"{task.task_id} is outside the {task.kind} range {id_range.start}-{id_range.stop - 1}"))
     errors += _solution_errors(task, parse_step)
     return errors
 

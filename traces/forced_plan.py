@@ -111,8 +111,7 @@ def forced_coverage(db: sqlite_utils.Database, tasks: Sequence[tuple[Path, Task]
     owed = {p.task.task_id: p for p in forced_plan(db, tasks, labels, default_precision)}
     groups: dict[tuple[str, str], list[list[int]]] = {}
     for _, task in tasks:
-        site = "cross-site" if len(task.sites) > 1 else task.sites[0]
-        group = groups.setdefault((site, task.memory_span), [[], [], []])
+        group = groups.setdefault((task.kind, task.memory_span), [[], [], []])
         p = owed.get(task.task_id)
         group[0 if p is None else 1 if "full" in p.done else 2].append(task.task_id)
     return [Coverage(site, span, *(tuple(sorted(ids)) for ids in group))
