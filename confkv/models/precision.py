@@ -140,13 +140,15 @@ class Int8Linear(torch.nn.Module):
         self.bias = linear.bias
         if precision.holds_bf16:
             self.register_buffer("weight_bf16", w.to(torch.bfloat16), persistent=False)
+        self._packed = None
+        if not (precision.holds_int8 or self.decode == "w8a8"):
+            return  # a float or bf16 form: quantizing 196 weights would cost a load ~8 s at one thread for nothing
         q, scale = quantize_rows(w)
         scale = scale[:, 0]
         if precision.holds_int8:
             self.register_buffer("qweight", q, persistent=False)  # [out, in] int8
             self.register_buffer("scale", scale, persistent=False)  # [out] fp32
             self.register_buffer("scale_bf16", scale.to(torch.bfloat16), persistent=False)
-        self._packed = None
         if self.decode == "w8a8":  # fbgemm's dynamic linear: per-channel weights; one row = a per-token scale
             qw = torch.quantize_per_channel(w.float(), scale.double(), torch.zeros_like(scale, dtype=torch.long), 0,
                                             torch.qint8)  # fmt: skip
