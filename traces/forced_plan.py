@@ -68,13 +68,12 @@ def task_precision(labels: Mapping[str, set[str | None]], default: str) -> str:
 
 
 def forced_plan(db: sqlite_utils.Database, tasks: Sequence[tuple[Path, Task]], labels: Sequence[str],
-                default_precision: str, memory_span: str | None = None) -> list[PlannedTask]:
-    """Every task of `tasks` (path, task) that still misses one of `labels` at its precision, in the order above."""
+                default_precision: str) -> list[PlannedTask]:
+    """Every task of `tasks` (path, task) that still misses one of `labels` at its precision, in the order above
+    (to plan one memory span, pass only its tasks: the CLI filters them once for the plan and the coverage)."""
     done = done_labels(db)
     plan = []
     for path, task in tasks:
-        if memory_span is not None and task.memory_span != memory_span:
-            continue
         have = done.get(task.task_id, {})
         precision = task_precision(have, default_precision)
         finished = tuple(lbl for lbl in labels if have.get(lbl, set()) & {precision, None})
