@@ -23,7 +23,8 @@ RUNS_COLUMNS: dict[str, type] = {
     "policy": str,
     "policy_config": str,  # JSON object, the policy's full config (budgets, ranker, ...)
     "git_revision": str,  # commit hash, "+dirty" when the tree had uncommitted changes; NULL outside git
-    "machine": str,  # JSON: cpu, cores, torch version, cuda device (NULL without GPU), python, platform
+    "machine": str,  # JSON: cpu, cpu_kind, cores, torch version, cuda device (NULL without GPU), python, platform
+    #                  (of the machine that created the run; each episode names its own CPU in `cpu_kind`)
     "notes": str,
     "mode": str,  # "free" (the agent decides) or "forced" (reference trajectory teacher-forced, runner.forced)
 }
@@ -53,6 +54,7 @@ EPISODES_COLUMNS: dict[str, type] = {
     "started": str,
     "finished": str,
     "owner": str,  # "host:pid" of the process running it (see traces.leases); a dead owner's episode is stale
+    "cpu_kind": str,  # the CPU that ran this attempt (traces.machine.cpu_kind): a resumed run spans machines
     "heartbeat": float,  # unix time of the owner's last sign of life while 'running'
 }
 

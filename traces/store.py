@@ -33,8 +33,8 @@ import sqlite_utils
 from traces import DEFAULT_DB_PATH
 from traces.errors import TraceStoreError
 from traces.leases import is_stale, owner_id
+from traces.machine import cpu_kind, machine_info
 from traces.machine import git_revision as current_git_revision
-from traces.machine import machine_info
 from traces.queries import TraceQueries
 from traces.records import DecodeToken, PrefillChunk, StepRecord
 from traces.schema import ensure_schema
@@ -81,6 +81,7 @@ class TraceStore(TraceQueries):
     def __init__(self, path: str | Path = DEFAULT_DB_PATH, *, create: bool = True, busy_timeout_s: float = 60.0):
         self.path = Path(path)
         self.owner = owner_id()
+        self.cpu_kind = cpu_kind()
         if not create and not self.path.is_file():
             raise TraceStoreError(
                 f"no trace database at {self.path} (run `confkv-agent run TASK.yaml` or `confkv-agent eval` to "
@@ -225,7 +226,7 @@ class TraceStore(TraceQueries):
             [run_id, str(task_id)]) if is_stale(owner, beat)]  # fmt: skip
         episode_id = int(db["episodes"].insert({
             "run_id": run_id, "task_id": str(task_id), "policy": row[0], "status": "running", "started": now_iso(),
-            "owner": self.owner, "heartbeat": time.time(),
+            "owner": self.owner, "heartbeat": time.time(), "cpu_kind": self.cpu_kind,
         }).last_pk)  # fmt: skip
         for old in stale:
             db.execute(
