@@ -15,48 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from confkv.cpu import cpu_kind, cpu_model
+
 _REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-CPUINFO = Path("/proc/cpuinfo")
-# The instruction sets that decide which precision is fast (`confkv.models.precision_choice`), in the order listed
-MATRIX_ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
-
-
-def _cpuinfo(path: Path = CPUINFO) -> dict[str, str]:
-    """The first processor's `key: value` lines of /proc/cpuinfo (Linux); empty elsewhere."""
-    out: dict[str, str] = {}
-    try:
-        text = path.read_text()
-    except OSError:
-        return out
-    for line in text.splitlines():
-        if not line.strip():
-            break  # the first processor's block ends; the others repeat it
-        key, sep, value = line.partition(":")
-        if sep:
-            out.setdefault(key.strip().lower(), value.strip())
-    return out
-
-
-def _cpu_model(info: dict[str, str]) -> str:
-    """CPU model name from /proc/cpuinfo, else what `platform` knows."""
-    return info.get("model name") or platform.processor() or platform.machine()
-
-
-def cpu_kind(path: Path = CPUINFO) -> str:
-    """One line telling CPU kinds apart: `AMD EPYC (family 26 model 2; avx2 avx512f avx512_bf16 ...)`.
-
-    Why: a cloud CPU's model name is often just "AMD EPYC" whether it is a Zen 3 with AVX2 alone or a Zen 5 with
-    AVX512-BF16, and which precision is fast (hence how long an episode took, and at which precision a resumed task
-    runs) depends on exactly that. Every run and every episode records it."""
-    info = _cpuinfo(path)
-    name = _cpu_model(info)
-    if "cpu family" not in info:
-        return name
-    flags = set(info.get("flags", "").split())
-    isa = " ".join(f for f in MATRIX_ISA if f in flags)
-    return f"{name} (family {info['cpu family']} model {info.get('model', '?')}; {isa or 'no AVX2'})"
 
 
 def _torch_facts() -> tuple[str | None, str | None]:
@@ -80,7 +41,7 @@ def machine_info() -> dict[str, Any]:
     """A JSON-able description of this machine for the `runs.machine` column."""
     torch_version, cuda_device = _torch_facts()
     return {
-        "cpu": _cpu_model(_cpuinfo()),
+        "cpu": cpu_model(),
         "cpu_kind": cpu_kind(),
         "cores": os.cpu_count(),
         "torch": torch_version,

@@ -30,11 +30,12 @@ from typing import Any
 
 import sqlite_utils
 
+from confkv.cpu import cpu_kind
 from traces import DEFAULT_DB_PATH
 from traces.errors import TraceStoreError
 from traces.leases import is_stale, owner_id
-from traces.machine import cpu_kind, machine_info
 from traces.machine import git_revision as current_git_revision
+from traces.machine import machine_info
 from traces.queries import TraceQueries
 from traces.records import DecodeToken, PrefillChunk, StepRecord
 from traces.schema import ensure_schema

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from confkv.cpu import cpu_flags
 from confkv.kernels.backend import BACKEND_ENV
 from confkv.kernels.segments import SegmentedKV
 
@@ -50,15 +51,6 @@ def active() -> bool:
     """Whether one-query CPU calls run the kernel in this process: enabled, and built (the build happens here, so a
     benchmark calls this before its clocks start)."""
     return enabled() and kernel() is not None
-
-
-def cpu_flags() -> str:
-    """The `flags` line of /proc/cpuinfo (empty where there is none): the kernels are built for this CPU."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return ""
-    return next((line for line in text.splitlines() if line.startswith("flags")), "")
 
 
 _BUILD_LOCK = threading.Lock()  # functools.cache alone lets two threads' first calls both build and load

@@ -3,8 +3,9 @@
 Why measure: three CPU kinds have run this project and each one proved a flag rule wrong (an EPYC with AVX512-BF16
 multiplied bf16 matrices 3x faster than fp32 yet decoded 1.9x slower). So on first use, for one decoder layer of the
 model's own shapes (q, k, v, o, gate, up, down), every weight form is timed on a prefill chunk (`CHUNK` rows) and on
-one decode row, in the thread count the process will run with; the result is cached per CPU model, torch version,
-thread count and shapes under `$CONFKV_HOME/precision/`. Attention, norms and the LM head are not timed (they are the
+one decode row, in the thread count the process will run with; the result is cached per CPU kind
+(`confkv.cpu.cpu_kind`: a Zen 3 and a Zen 5 both call themselves "AMD EPYC"), torch version, thread count and shapes
+under `$CONFKV_HOME/precision/`. Attention, norms and the LM head are not timed (they are the
 same work in every weight form; their dtype cost is the one thing this leaves out).
 
 The choice: among the precisions this model is allowed (`allowed`: fp32 always; any other only where a
@@ -18,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from confkv.cpu import cpu_kind
 from confkv.models.precision import ACT_DTYPES, DOWN_PROJ, PRECISIONS, Int8Linear, Precision
 
 CHUNK = 512  # rows of a prefill chunk (KVPolicy.prefill_chunk's default)
@@ -63,16 +64,6 @@ class Shapes:
 
     def key(self) -> str:
         return hashlib.sha256(repr(self).encode()).hexdigest()[:12]
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _forms(phase: str) -> Iterable[tuple[str, str]]:
@@ -167,7 +158,7 @@ def _read_cache(path: Path) -> dict[str, Any]:
 def cache_path(shapes: Shapes) -> Path:
     from confkv.models.home import confkv_home
 
-    ident = f"{cpu_model()}|torch {torch.__version__}|threads {torch.get_num_threads()}|{shapes.key()}"
+    ident = f"{cpu_kind()}|torch {torch.__version__}|threads {torch.get_num_threads()}|{shapes.key()}"
     return confkv_home() / "precision" / f"{hashlib.sha256(ident.encode()).hexdigest()[:16]}.json"
 
 
@@ -183,13 +174,13 @@ def cached_timings(shapes: Shapes, progress: Callable[[str], None] = lambda _: N
     except (OSError, ValueError, KeyError):
         pass
     timings = measure(shapes, progress=progress)
-    data = {"cpu": cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+    data = {"cpu": cpu_kind(), "torch": torch.__version__, "threads": torch.get_num_threads(),
             "shapes": [list(s) for s in shapes.linears], "date": time.strftime("%Y-%m-%d"), "timings": timings}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     tmp.replace(path)
-    return timings, f"measured now on {cpu_model()} (cached: {path})"
+    return timings, f"measured now on {cpu_kind()} (cached: {path})"
 
 
 def local_acceptance() -> Path:
