@@ -199,3 +199,19 @@ def test_the_scan_sees_lazy_relative_and_type_only_imports_and_finds_cycles() ->
     assert cycles(loop) == [{"traces.a", "traces.b", "traces.c"}]
     assert cycles([*loop[:2], Edge("traces.c", "traces.a", 1, True)]) == [], "type-only imports never run"
     assert layer_violations([Edge("confkv.x", "envs.y", 1, False)]) != [], "siblings are independent"
+
+
+def test_the_trace_store_and_confkv_cpu_import_without_torch() -> None:
+    """`confkv/__init__` loads its names on first use, so the trace store (opened by every light `traces` command)
+    and `confkv.cpu` stay light; the package's exports all still resolve."""
+    import subprocess
+    import sys
+
+    code = ("import sys, traces.store, traces.machine, confkv.cpu, confkv\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n"
+            "assert set(confkv.__all__) == set(confkv._HOMES), 'exports and homes differ'\n"
+            "from confkv import *\n"
+            "assert all(name in globals() for name in confkv.__all__)\n"
+            "assert 'torch' in sys.modules\n")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
