@@ -12,7 +12,7 @@ from cli.trace_db import DB_HELP, _fail, _ids, _open
 from traces import DEFAULT_DB_PATH
 
 if TYPE_CHECKING:
-    from traces.forced_plan import Coverage
+    from traces.forced_plan import Coverage, Estimate
 
 
 def _label(text: str) -> str:
@@ -134,6 +134,9 @@ def forced_plan_command(
     coverage: bool = typer.Option(False, "--coverage", help="Print what is done instead, as a Markdown table: per "
                                   "site and memory span, the tasks with every label, with `full` and labels owed, "
                                   "and with no `full` yet."),
+    estimate: bool = typer.Option(False, "--estimate", help="Print only the time left: process-hours per "
+                                  "precision, from the median seconds per prefilled token of the finished rows "
+                                  "(this CPU kind's when it has 10, else every machine's)."),
 ) -> None:
     """What a forced run still owes, task by task: the labels each task lacks, at the precision its rows have, the
     cheapest tasks first (short memory span, then fewest reference steps). A session that resumes a long run on
@@ -141,11 +144,12 @@ def forced_plan_command(
     from rich.console import Console
     from rich.table import Table
 
+    from confkv.cpu import cpu_kind
     from confkv.policies import PolicyError, get_policy
     from envs.taskspec import TaskSpecError, load_task, task_files
     from runner.footprint import label_budgets, parse_budgets
     from traces.fmt import terminal_safe
-    from traces.forced_plan import forced_coverage, forced_plan
+    from traces.forced_plan import estimate_plan, forced_coverage, forced_plan
 
     if memory_span not in (None, "long", "short"):
         raise _fail(f"--memory-span must be long or short, not {_label(memory_span)}")
@@ -177,6 +181,10 @@ def forced_plan_command(
         return
     with _open(db) as store:
         plan = forced_plan(store.db, loaded, labels, dtype)
+        est = estimate_plan(store.db, loaded, plan, cpu_kind()) if plan and not commands else None
+    if estimate:
+        typer.echo(_estimate_line(est) if est is not None else "nothing left to run")
+        return
     if commands:
         for p in plan:
             typer.echo(f"{p.precision} {p.path}")
@@ -188,6 +196,24 @@ def forced_plan_command(
         table.add_row(str(p.task.task_id), terminal_safe(p.path.stem), p.task.memory_span, str(p.reference_steps),
                       p.precision, f"{len(p.done)}/{len(labels)}", terminal_safe(" ".join(p.missing)))  # fmt: skip
     Console().print(table, markup=False, highlight=False)
+    if est is not None:
+        typer.echo(_estimate_line(est))
+
+
+def _estimate_line(est: Estimate) -> str:
+    """One line a session plans by: process-hours left, per precision, and what the rates stand on."""
+    from traces.fmt import terminal_safe
+
+    if not est.rows:
+        return "no finished rows with timings yet: nothing to estimate the time left from"
+    parts = ", ".join(f"{name} {secs / 3600:.1f}" for name, secs in sorted(est.by_precision.items()))
+    line = (f"about {est.seconds / 3600:.1f} process-hours left ({parts}), at the median seconds per prefilled token "
+            f"of {est.rows} finished rows on {terminal_safe(est.machine)}")
+    if est.guessed:
+        line += f"; {est.guessed} tasks not begun, their tokens guessed from their site's tokens per reference step"
+    if est.unrated:
+        line += f"; no rows at {', '.join(est.unrated)}: costed at the other precisions' rate"
+    return line
 
 
 def _coverage_table(rows: list[Coverage], labels: int) -> str:

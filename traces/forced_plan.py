@@ -126,3 +126,68 @@ def id_ranges(ids: Sequence[int]) -> str:
         else:
             runs.append([i, i])
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a plan still costs in process-seconds (one single-threaded process), read off the run's own rows.
+
+    Why from the rows: a task's cost is its prefilled tokens times a rate that depends on the CPU kind and the
+    precision (a Zen 5 runs `fp32-bf16-bf16` ~1.5x faster than a Zen 4), so a hand-kept "hours left" went stale with
+    every machine. `full` gets its own rate (its attention reads every key; the budgeted labels read ~3K)."""
+
+    seconds: float
+    by_precision: dict[str, float]
+    rows: int  # the done rows the rates came from
+    machine: str  # the CPU kind those rows ran on, or "all machines"
+    guessed: int  # tasks with no row yet: their tokens are their site's median tokens per reference step x steps
+    unrated: tuple[str, ...]  # precisions no row has: their labels are costed at the other precisions' rate
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def estimate_plan(db: sqlite_utils.Database, tasks: Sequence[tuple[Path, Task]], plan: Sequence[PlannedTask],
+                  cpu_kind: str | None = None, min_rows: int = 10) -> Estimate:
+    """Seconds left for `plan`: per owed label, the task's prefilled tokens (from its done rows, else guessed) times
+    the median seconds per prefilled token of done rows at that precision, `full` apart. Rows of `cpu_kind` alone
+    give the rates when there are `min_rows` of them; otherwise every machine's rows do."""
+    columns = set(db["episodes"].columns_dict) if "episodes" in db.table_names() else set()
+    kind_col = "e.cpu_kind" if "cpu_kind" in columns else "null"
+    sql = (f"select e.task_id, e.policy, e.prefilled_tokens, e.wall_s, r.policy_config, {kind_col} "
+           "from episodes e join runs r on r.id = e.run_id where e.status = 'done' and e.prefilled_tokens > 0 "
+           "and e.wall_s > 0")  # fmt: skip
+    rows = db.execute(sql).fetchall() if columns else []
+    mine = [row for row in rows if cpu_kind is not None and row[5] == cpu_kind]
+    used, machine = (mine, str(cpu_kind)) if len(mine) >= min_rows else (rows, "all machines")
+    per_token: dict[tuple[str | None, bool], list[float]] = {}
+    for _, label, tokens, wall, config, _ in used:
+        per_token.setdefault((run_precision(config), label == "full"), []).append(wall / tokens)
+    rates = {key: _median(values) for key, values in per_token.items()}
+    any_rate = {is_full: _median([r for (_, f), r in rates.items() if f == is_full] or [0.0]) for is_full in (False, True)}
+    tokens_of: dict[int, list[int]] = {}
+    for task_id, _, tokens, _, _, _ in rows:  # a task's tokens are its trajectory's, on any machine
+        tokens_of.setdefault(int(task_id), []).append(int(tokens))
+    per_step: dict[str, list[float]] = {}
+    for _, task in tasks:
+        if task.task_id in tokens_of and task.reference_solution:
+            per_step.setdefault(task.kind, []).append(_median(tokens_of[task.task_id]) / len(task.reference_solution))
+    every_site = [v for values in per_step.values() for v in values]
+    by_precision: dict[str, float] = {}
+    guessed, unrated = 0, set()
+    for p in plan:
+        if p.task.task_id in tokens_of:
+            tokens = _median(tokens_of[p.task.task_id])
+        else:
+            guessed += 1
+            tokens = _median(per_step.get(p.task.kind) or every_site or [0.0]) * p.reference_steps
+        for label in p.missing:
+            rate = rates.get((p.precision, label == "full"))
+            if rate is None:
+                unrated.add(p.precision)
+                rate = any_rate[label == "full"]
+            by_precision[p.precision] = by_precision.get(p.precision, 0.0) + tokens * rate
+    return Estimate(sum(by_precision.values()), by_precision, len(used), machine, guessed, tuple(sorted(unrated)))

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import sqlite_utils
 from typer.testing import CliRunner
 
 from cli.main import app
+from confkv.cpu import cpu_kind
 from confkv.policies import get_policy
 from envs.taskspec import load_task
 from runner.footprint import footprint_labels, label_budgets
-from traces.forced_plan import forced_coverage, forced_plan, id_ranges
+from traces.forced_plan import estimate_plan, forced_coverage, forced_plan, id_ranges
 from traces.store import TraceStore
 
 runner = CliRunner()
@@ -91,6 +93,10 @@ def test_forced_plan_cli(tmp_path: Path) -> None:
     assert [Path(line.split()[1]).name for line in long.output.splitlines()] == ["shopping_015.yaml"], long.output
     table = runner.invoke(app, args)
     assert table.exit_code == 0 and "4 of 5 tasks owe labels" in table.output
+    assert "no finished rows with timings yet" in table.output  # rows without tokens or time: no estimate
+    only = runner.invoke(app, [*args, "--estimate"])
+    assert only.exit_code == 0 and only.output.strip() == "no finished rows with timings yet: nothing to estimate " \
+        "the time left from"
     done = runner.invoke(app, [*args, "--coverage"])
     assert done.exit_code == 0 and "| shopping | short | 2 | 1: 1 | 1: 3 | - |" in done.output, done.output
     assert done.output.rstrip().endswith("| all | | 5 | 1 | 2 | 2 |")
@@ -106,3 +112,28 @@ def test_forced_plan_cli(tmp_path: Path) -> None:
     # a missing task file is a task error (TaskSpecError is a ValueError: it once read as a bad --budgets)
     result = runner.invoke(app, ["traces", "forced-plan", str(tmp_path / "gone.yaml"), *args[len(FILES) + 2:]])
     assert result.exit_code == 1 and "no such file" in result.output and "--budgets" not in result.output
+
+
+def test_the_estimate_costs_each_owed_label_at_its_precisions_rate_per_token(tmp_path: Path) -> None:
+    db = _db(tmp_path / "f.sqlite")
+    timing = {("1", "full"): (1000, 20.0), ("1", "sliding-int8@180"): (1000, 10.0), ("1", "h2o-int8@180"): (1000, 10.0),
+              ("3", "full"): (500, 5.0), ("15", "full"): (2000, 40.0), ("15", "sliding-int8@180"): (2000, 20.0)}
+    for (task, label), (tokens, wall) in timing.items():
+        db.execute("update episodes set prefilled_tokens = ?, wall_s = ? where task_id = ? and policy = ? and "
+                   "status = 'done'", [tokens, wall, task, label])  # fmt: skip
+    db.execute("update episodes set wall_s = 10.0 where task_id = '15' and status = 'done' and run_id in "
+               "(select id from runs where policy_config like '%bf16%')")  # sliding at bf16: 2000 tokens, 0.005 s each
+    db.conn.commit()
+    loaded = _loaded()
+    plan = forced_plan(db, loaded, LABELS, "fp32")
+    est = estimate_plan(db, loaded, plan, cpu_kind="another cpu")
+    steps = {t.task_id: len(t.reference_solution) for _, t in loaded}
+    per_step = sorted([1000 / steps[1], 500 / steps[3], 2000 / steps[15]])[1]  # shopping's median tokens per step
+    guessed = per_step * (steps[103] + steps[204]) * (0.02 + 0.01 + 0.01)  # not begun: every label at fp32's rates
+    assert est.by_precision["fp32-bf16-bf16"] == pytest.approx(500 * 0.005 * 2)  # task 3 owes sliding and h2o
+    assert est.by_precision["fp32"] == pytest.approx(2000 * 0.01 + guessed)  # task 15 owes h2o; 103 and 204 all
+    assert est.seconds == pytest.approx(sum(est.by_precision.values()))
+    assert (est.rows, est.machine, est.guessed, est.unrated) == (7, "all machines", 2, ())
+    assert estimate_plan(db, loaded, plan, cpu_kind=cpu_kind(), min_rows=3).machine == cpu_kind()  # enough of its own
+    bare = sqlite_utils.Database(tmp_path / "none.sqlite")
+    assert estimate_plan(bare, loaded, forced_plan(bare, loaded, LABELS, "fp32")).rows == 0
