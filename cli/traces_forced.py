@@ -135,7 +135,7 @@ def forced_plan_command(
                                   "site and memory span, the tasks with every label, with `full` and labels owed, "
                                   "and with no `full` yet."),
     estimate: bool = typer.Option(False, "--estimate", help="Print only the time left: process-hours per "
-                                  "precision, from the median seconds per prefilled token of the finished rows "
+                                  "precision, from the seconds per prefilled token of the finished rows "
                                   "(this CPU kind's when it has 10, else every machine's)."),
 ) -> None:
     """What a forced run still owes, task by task: the labels each task lacks, at the precision its rows have, the
@@ -207,7 +207,7 @@ def _estimate_line(est: Estimate) -> str:
     if not est.rows:
         return "no finished rows with timings yet: nothing to estimate the time left from"
     parts = ", ".join(f"{name} {secs / 3600:.1f}" for name, secs in sorted(est.by_precision.items()))
-    line = (f"about {est.seconds / 3600:.1f} process-hours left ({parts}), at the median seconds per prefilled token "
+    line = (f"about {est.seconds / 3600:.1f} process-hours left ({parts}), at the seconds per prefilled token "
             f"of {est.rows} finished rows on {terminal_safe(est.machine)}")
     if est.guessed:
         line += f"; {est.guessed} tasks not begun, their tokens guessed from their site's tokens per reference step"
