@@ -168,6 +168,7 @@ def forced_plan_command(
         raise _fail(terminal_safe("; ".join(exc.errors))) from None
     if not names:
         raise _fail("--policies names no policy")
+    every_task, kind = loaded, cpu_kind()  # the estimate guesses a new task's tokens from every task with rows
     left_out = _task_ids(exclude_tasks) or set()
     loaded = [(path, task) for path, task in loaded if str(task.task_id) not in left_out]
     labels = [label for label, _, _ in label_budgets(built, steps)]
@@ -181,38 +182,42 @@ def forced_plan_command(
         return
     with _open(db) as store:
         plan = forced_plan(store.db, loaded, labels, dtype)
-        est = estimate_plan(store.db, loaded, plan, cpu_kind()) if plan and not commands else None
+        est = estimate_plan(store.db, every_task, plan, kind) if plan and (estimate or not commands) else None
     if estimate:
-        typer.echo(_estimate_line(est) if est is not None else "nothing left to run")
+        typer.echo(_estimate_line(est, kind) if est is not None else "nothing left to run")
         return
     if commands:
         for p in plan:
-            typer.echo(f"{p.precision} {p.path}")
+            typer.echo(f"{terminal_safe(p.precision)} {p.path}")
         return
     table = Table(title=f"{len(plan)} of {len(loaded)} tasks owe labels ({len(labels)} labels each)")
     for col in ("task", "file", "span", "steps", "precision", "done", "missing"):
         table.add_column(col, overflow="fold")
     for p in plan:
         table.add_row(str(p.task.task_id), terminal_safe(p.path.stem), p.task.memory_span, str(p.reference_steps),
-                      p.precision, f"{len(p.done)}/{len(labels)}", terminal_safe(" ".join(p.missing)))  # fmt: skip
+                      terminal_safe(p.precision), f"{len(p.done)}/{len(labels)}", terminal_safe(" ".join(p.missing)))  # fmt: skip
     Console().print(table, markup=False, highlight=False)
     if est is not None:
-        typer.echo(_estimate_line(est))
+        typer.echo(_estimate_line(est, kind))
 
 
-def _estimate_line(est: Estimate) -> str:
+def _estimate_line(est: Estimate, kind: str) -> str:
     """One line a session plans by: process-hours left, per precision, and what the rates stand on."""
     from traces.fmt import terminal_safe
 
     if not est.rows:
         return "no finished rows with timings yet: nothing to estimate the time left from"
-    parts = ", ".join(f"{name} {secs / 3600:.1f}" for name, secs in sorted(est.by_precision.items()))
-    line = (f"about {est.seconds / 3600:.1f} process-hours left ({parts}), at the seconds per prefilled token "
-            f"of {est.rows} finished rows on {terminal_safe(est.machine)}")
+    parts = ", ".join(f"{terminal_safe(name)} {secs / 3600:.1f}" for name, secs in sorted(est.by_precision.items()))
+    source = (f"{est.own} of {est.classes} rate classes from this CPU's own rows ({terminal_safe(kind)}), the rest "
+              "from every machine's" if est.own else "rates from every machine's rows")
+    line = (f"about {est.seconds / 3600:.1f} process-hours left ({parts}), at the seconds per prefilled token of "
+            f"{est.rows} finished rows: {source}")
     if est.guessed:
         line += f"; {est.guessed} tasks not begun, their tokens guessed from their site's tokens per reference step"
-    if est.unrated:
-        line += f"; no rows at {', '.join(est.unrated)}: costed at the other precisions' rate"
+    if est.borrowed:
+        line += f"; no rows for {terminal_safe(', '.join(est.borrowed))}: priced at other precisions' median"
+    if est.unknown:
+        line += f"; NOT counted: {terminal_safe(', '.join(est.unknown))}"
     return line
 
 

@@ -9,6 +9,8 @@ the trace store or a light CLI command does not pull in torch and transformers (
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,6 +42,19 @@ __all__ = [  # a literal, so linters and type checkers read the exports (`_HOMES
     "confidence",
     "get_policy",
 ]
+
+
+class _Package(types.ModuleType):
+    """The package's module type: `confidence` is both an export (the function) and a submodule, and importing the
+    submodule sets the package attribute to the module; this keeps the function there, as the eager imports did."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "confidence" and isinstance(value, types.ModuleType):
+            value = value.confidence
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

@@ -212,6 +212,12 @@ def test_the_trace_store_and_confkv_cpu_import_without_torch() -> None:
             "assert set(confkv.__all__) == set(confkv._HOMES), 'exports and homes differ'\n"
             "from confkv import *\n"
             "assert all(name in globals() for name in confkv.__all__)\n"
+            "assert callable(confidence) and callable(confkv.confidence), 'confidence is the module'\n"
             "assert 'torch' in sys.modules\n")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    # `confidence` names a submodule too: imported first (by confkv.cache), it must not shadow the function
+    code = "import confkv.cache, confkv\nfrom confkv import confidence\nassert callable(confkv.confidence)\n" \
+           "assert callable(confidence)\nimport confkv.confidence as m\n"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -138,10 +138,12 @@ class Estimate:
 
     seconds: float
     by_precision: dict[str, float]
-    rows: int  # the done rows the rates came from
-    machine: str  # the CPU kind those rows ran on, or "all machines"
+    rows: int  # the done rows with timings
+    own: int  # the rate classes (precision, full or not) that this CPU kind's own rows priced
+    classes: int  # the rate classes the plan needed
     guessed: int  # tasks with no row yet: their tokens are their site's median tokens per reference step x steps
-    unrated: tuple[str, ...]  # precisions no row has: their labels are costed at the other precisions' rate
+    borrowed: tuple[str, ...]  # classes no row has, priced at the same class's median rate over other precisions
+    unknown: tuple[str, ...]  # what could not be priced at all (left out of `seconds`): no rate, or no tokens
 
 
 def _median(values: Sequence[float]) -> float:
@@ -150,29 +152,33 @@ def _median(values: Sequence[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+def _rates(rows: Sequence[tuple]) -> dict[tuple[str | None, bool], tuple[float, int]]:
+    """(precision, is full) -> (seconds per prefilled token, rows): total time over total tokens, not a median:
+    rows are skewed (a pause, a shared core), and a median undercounted the frontier's past by 5-22% per class."""
+    sums: dict[tuple[str | None, bool], list[float]] = {}
+    for _, label, tokens, wall, config, _ in rows:
+        total = sums.setdefault((run_precision(config), label == "full"), [0.0, 0.0, 0])
+        total[0] += wall
+        total[1] += tokens
+        total[2] += 1
+    return {key: (wall / tokens, int(n)) for key, (wall, tokens, n) in sums.items()}
+
+
 def estimate_plan(db: sqlite_utils.Database, tasks: Sequence[tuple[Path, Task]], plan: Sequence[PlannedTask],
                   cpu_kind: str | None = None, min_rows: int = 10) -> Estimate:
-    """Seconds left for `plan`: per owed label, the task's prefilled tokens (from its done rows, else guessed) times
-    the seconds per prefilled token of the done rows at that precision, `full` apart. The rate is their total time
-    over their total tokens, not a median: rows are skewed (a pause, a shared core), and a median undercounted the
-    frontier's own past by 5-22% per span and label class. Rows of `cpu_kind` alone give the rates when there are
-    `min_rows` of them; otherwise every machine's rows do."""
+    """Seconds left for `plan`: per owed label, the task's prefilled tokens (from its done rows, else guessed from
+    the tasks of `tasks` that have rows: pass every task, not only the planned ones) times the seconds per prefilled
+    token of the done rows of its class (precision, `full` or not). A class's rate comes from this `cpu_kind`'s rows
+    when it has `min_rows` of them, else from every machine's, else from the class's median over other precisions;
+    what none of these prices is named in `unknown`, never counted as free."""
     columns = set(db["episodes"].columns_dict) if "episodes" in db.table_names() else set()
     kind_col = "e.cpu_kind" if "cpu_kind" in columns else "null"
     sql = (f"select e.task_id, e.policy, e.prefilled_tokens, e.wall_s, r.policy_config, {kind_col} "
            "from episodes e join runs r on r.id = e.run_id where e.status = 'done' and e.prefilled_tokens > 0 "
            "and e.wall_s > 0")  # fmt: skip
     rows = db.execute(sql).fetchall() if columns else []
-    mine = [row for row in rows if cpu_kind is not None and row[5] == cpu_kind]
-    used, machine = (mine, str(cpu_kind)) if len(mine) >= min_rows else (rows, "all machines")
-    sums: dict[tuple[str | None, bool], list[float]] = {}
-    for _, label, tokens, wall, config, _ in used:
-        total = sums.setdefault((run_precision(config), label == "full"), [0.0, 0.0])
-        total[0] += wall
-        total[1] += tokens
-    rates = {key: wall / tokens for key, (wall, tokens) in sums.items()}
-    any_rate = {is_full: _median([r for (_, f), r in rates.items() if f == is_full] or [0.0])
-                for is_full in (False, True)}  # fmt: skip
+    mine = _rates([row for row in rows if cpu_kind is not None and row[5] == cpu_kind])
+    every = _rates(rows)
     tokens_of: dict[int, list[int]] = {}
     for task_id, _, tokens, _, _, _ in rows:  # a task's tokens are its trajectory's, on any machine
         tokens_of.setdefault(int(task_id), []).append(int(tokens))
@@ -182,17 +188,31 @@ def estimate_plan(db: sqlite_utils.Database, tasks: Sequence[tuple[Path, Task]],
             per_step.setdefault(task.kind, []).append(_median(tokens_of[task.task_id]) / len(task.reference_solution))
     every_site = [v for values in per_step.values() for v in values]
     by_precision: dict[str, float] = {}
-    guessed, unrated = 0, set()
+    guessed, own, needed, borrowed, unknown = 0, set(), set(), set(), set()
     for p in plan:
         if p.task.task_id in tokens_of:
             tokens = _median(tokens_of[p.task.task_id])
-        else:
+        elif per_step.get(p.task.kind) or every_site:
             guessed += 1
-            tokens = _median(per_step.get(p.task.kind) or every_site or [0.0]) * p.reference_steps
+            tokens = _median(per_step.get(p.task.kind) or every_site) * p.reference_steps
+        else:
+            unknown.add(f"task {p.task.task_id} (no task has rows to guess its tokens from)")
+            continue
         for label in p.missing:
-            rate = rates.get((p.precision, label == "full"))
-            if rate is None:
-                unrated.add(p.precision)
-                rate = any_rate[label == "full"]
+            key = (p.precision, label == "full")
+            name = f"{p.precision} {'full' if key[1] else 'budgeted'}"
+            needed.add(key)
+            if key in mine and mine[key][1] >= min_rows:
+                rate = mine[key][0]
+                own.add(key)
+            elif key in every:
+                rate = every[key][0]
+            elif others := [r for (_, f), (r, _) in every.items() if f == key[1]]:
+                rate = _median(others)
+                borrowed.add(name)
+            else:
+                unknown.add(name)
+                continue
             by_precision[p.precision] = by_precision.get(p.precision, 0.0) + tokens * rate
-    return Estimate(sum(by_precision.values()), by_precision, len(used), machine, guessed, tuple(sorted(unrated)))
+    return Estimate(sum(by_precision.values()), by_precision, len(rows), len(own), len(needed), guessed,
+                    tuple(sorted(borrowed)), tuple(sorted(unknown)))

@@ -10,7 +10,6 @@ import sqlite_utils
 from typer.testing import CliRunner
 
 from cli.main import app
-from confkv.cpu import cpu_kind
 from confkv.policies import get_policy
 from envs.taskspec import load_task
 from runner.footprint import footprint_labels, label_budgets
@@ -132,8 +131,21 @@ def test_the_estimate_costs_each_owed_label_at_its_precisions_rate_per_token(tmp
     guessed = per_step * (steps[103] + steps[204]) * (0.02 + 0.01 + 0.01)  # not begun: every label at fp32's rates
     assert est.by_precision["fp32-bf16-bf16"] == pytest.approx(500 * 0.005 * 2)  # task 3 owes sliding and h2o
     assert est.by_precision["fp32"] == pytest.approx(2000 * 0.01 + guessed)  # task 15 owes h2o; 103 and 204 all
-    assert est.seconds == pytest.approx(sum(est.by_precision.values()))
-    assert (est.rows, est.machine, est.guessed, est.unrated) == (7, "all machines", 2, ())
-    assert estimate_plan(db, loaded, plan, cpu_kind=cpu_kind(), min_rows=3).machine == cpu_kind()  # enough of its own
+    assert (est.rows, est.own, est.classes, est.guessed, est.borrowed, est.unknown) == (7, 0, 3, 2, (), ())
+    # this CPU's own rows price a class once it has min_rows of them there; the other classes stay every machine's
+    db.execute("update episodes set cpu_kind = 'old cpu'")
+    db.execute("update episodes set cpu_kind = 'new cpu', wall_s = wall_s / 2 where task_id = '1'")
+    db.conn.commit()
+    mine = estimate_plan(db, loaded, plan, cpu_kind="new cpu", min_rows=2)  # fp32 budgeted: 2 rows here, full 1
+    assert (mine.own, mine.classes) == (1, 3)
+    assert mine.by_precision["fp32"] == pytest.approx(2000 * 0.005 + per_step * (steps[103] + steps[204]) * (
+        (10 + 40) / 3000 + 0.005 + 0.005))  # fmt: skip
+    assert mine.by_precision["fp32-bf16-bf16"] == pytest.approx(5.0)  # no bf16 rows on the new cpu
+    # a precision with no rows borrows its class's rate; a plan whose tasks have no rows at all is named, not free
+    at_new = forced_plan(db, [(path, t) for path, t in loaded if t.task_id in (103, 204)], LABELS, "bf16")
+    borrowed = estimate_plan(db, loaded, at_new)
+    assert borrowed.borrowed == ("bf16 budgeted", "bf16 full") and borrowed.seconds > 0 and not borrowed.unknown
+    alone = estimate_plan(db, [(path, t) for path, t in loaded if t.task_id in (103, 204)], at_new)
+    assert alone.seconds == 0 and len(alone.unknown) == 2 and "no task has rows" in alone.unknown[0]
     bare = sqlite_utils.Database(tmp_path / "none.sqlite")
     assert estimate_plan(bare, loaded, forced_plan(bare, loaded, LABELS, "fp32")).rows == 0
