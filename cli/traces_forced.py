@@ -195,7 +195,8 @@ def forced_plan_command(
         table.add_column(col, overflow="fold")
     for p in plan:
         table.add_row(str(p.task.task_id), terminal_safe(p.path.stem), p.task.memory_span, str(p.reference_steps),
-                      terminal_safe(p.precision), f"{len(p.done)}/{len(labels)}", terminal_safe(" ".join(p.missing)))  # fmt: skip
+                      terminal_safe(p.precision), f"{len(p.done)}/{len(labels)}",
+                      terminal_safe(" ".join(p.missing)))  # fmt: skip
     Console().print(table, markup=False, highlight=False)
     if est is not None:
         typer.echo(_estimate_line(est, kind))

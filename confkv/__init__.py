@@ -45,12 +45,13 @@ __all__ = [  # a literal, so linters and type checkers read the exports (`_HOMES
 
 
 class _Package(types.ModuleType):
-    """The package's module type: `confidence` is both an export (the function) and a submodule, and importing the
-    submodule sets the package attribute to the module; this keeps the function there, as the eager imports did."""
+    """The package's module type: an export that shares its name with a submodule (`confidence`, the function, and
+    `confkv.confidence`) would be replaced by the module when the submodule is imported, since the import sets the
+    package attribute; this keeps the export there, as the eager imports did."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "confidence" and isinstance(value, types.ModuleType):
-            value = value.confidence
+        if name in _HOMES and isinstance(value, types.ModuleType):
+            value = getattr(value, name)
         super().__setattr__(name, value)
 
 

@@ -8,6 +8,7 @@ alone is not a key: `cpu_kind` adds the family, model and matrix instruction set
 
 from __future__ import annotations
 
+import functools
 import platform
 from pathlib import Path
 
@@ -16,14 +17,20 @@ CPUINFO = Path("/proc/cpuinfo")
 MATRIX_ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
 
 
+@functools.cache
+def _text(path: Path) -> str:
+    """The file's text, read once per process (it does not change while a process runs; on a many-core host it is
+    hundreds of KB, and every trace store open asks for the CPU kind); empty where there is none."""
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
 def cpuinfo(path: Path = CPUINFO) -> dict[str, str]:
     """The first processor's `key: value` lines of /proc/cpuinfo (keys lower-cased); empty where there is none."""
     out: dict[str, str] = {}
-    try:
-        text = path.read_text()
-    except OSError:
-        return out
-    for line in text.splitlines():
+    for line in _text(path).splitlines():
         if not line.strip():
             break  # the first processor's block ends; the others repeat it
         key, sep, value = line.partition(":")
@@ -32,26 +39,25 @@ def cpuinfo(path: Path = CPUINFO) -> dict[str, str]:
     return out
 
 
+def _name(info: dict[str, str]) -> str:
+    return info.get("model name") or platform.processor() or platform.machine()
+
+
 def cpu_model(path: Path = CPUINFO) -> str:
     """The CPU's model name, else what `platform` knows."""
-    return cpuinfo(path).get("model name") or platform.processor() or platform.machine()
+    return _name(cpuinfo(path))
 
 
 def cpu_flags(path: Path = CPUINFO) -> str:
     """The `flags` line of /proc/cpuinfo as written there (empty where there is none)."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return ""
-    return next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return next((line for line in _text(path).splitlines() if line.startswith("flags")), "")
 
 
 def cpu_kind(path: Path = CPUINFO) -> str:
     """One line telling CPU kinds apart: `AMD EPYC (family 26 model 2; avx2 avx512f avx512_bf16 avx512_vnni)`."""
     info = cpuinfo(path)
-    name = info.get("model name") or platform.processor() or platform.machine()
     if "cpu family" not in info:
-        return name
+        return _name(info)
     flags = set(info.get("flags", "").split())
     isa = " ".join(f for f in MATRIX_ISA if f in flags)
-    return f"{name} (family {info['cpu family']} model {info.get('model', '?')}; {isa or 'no AVX2'})"
+    return f"{_name(info)} (family {info['cpu family']} model {info.get('model', '?')}; {isa or 'no AVX2'})"

@@ -205,7 +205,8 @@ def _semantic_errors(task: Task, local: bool, parse_step: StepParser | None) -> 
             errors.append((("start_url",), f"tab {i} {short(part.strip())} must start with a site placeholder"))
     id_range = ID_RANGES[task.kind]
     if task.task_id not in id_range:
-        errors.append((("task_id",), f"{task.task_id} is outside the {task.kind} range {id_range.start}-{id_range.stop - 1}"))
+        bounds = f"{id_range.start}-{id_range.stop - 1}"
+        errors.append((("task_id",), f"{task.task_id} is outside the {task.kind} range {bounds}"))
     errors += _solution_errors(task, parse_step)
     return errors
 

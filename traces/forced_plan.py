@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 from typing import TYPE_CHECKING
 
 from envs.taskspec import Task
@@ -146,12 +147,6 @@ class Estimate:
     unknown: tuple[str, ...]  # what could not be priced at all (left out of `seconds`): no rate, or no tokens
 
 
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def _rates(rows: Sequence[tuple]) -> dict[tuple[str | None, bool], tuple[float, int]]:
     """(precision, is full) -> (seconds per prefilled token, rows): total time over total tokens, not a median:
     rows are skewed (a pause, a shared core), and a median undercounted the frontier's past by 5-22% per class."""
@@ -185,16 +180,16 @@ def estimate_plan(db: sqlite_utils.Database, tasks: Sequence[tuple[Path, Task]],
     per_step: dict[str, list[float]] = {}
     for _, task in tasks:
         if task.task_id in tokens_of and task.reference_solution:
-            per_step.setdefault(task.kind, []).append(_median(tokens_of[task.task_id]) / len(task.reference_solution))
+            per_step.setdefault(task.kind, []).append(median(tokens_of[task.task_id]) / len(task.reference_solution))
     every_site = [v for values in per_step.values() for v in values]
     by_precision: dict[str, float] = {}
     guessed, own, needed, borrowed, unknown = 0, set(), set(), set(), set()
     for p in plan:
         if p.task.task_id in tokens_of:
-            tokens = _median(tokens_of[p.task.task_id])
+            tokens = median(tokens_of[p.task.task_id])
         elif per_step.get(p.task.kind) or every_site:
             guessed += 1
-            tokens = _median(per_step.get(p.task.kind) or every_site) * p.reference_steps
+            tokens = median(per_step.get(p.task.kind) or every_site) * p.reference_steps
         else:
             unknown.add(f"task {p.task.task_id} (no task has rows to guess its tokens from)")
             continue
@@ -208,7 +203,7 @@ def estimate_plan(db: sqlite_utils.Database, tasks: Sequence[tuple[Path, Task]],
             elif key in every:
                 rate = every[key][0]
             elif others := [r for (_, f), (r, _) in every.items() if f == key[1]]:
-                rate = _median(others)
+                rate = median(others)
                 borrowed.add(name)
             else:
                 unknown.add(name)

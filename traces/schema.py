@@ -54,7 +54,7 @@ EPISODES_COLUMNS: dict[str, type] = {
     "started": str,
     "finished": str,
     "owner": str,  # "host:pid" of the process running it (see traces.leases); a dead owner's episode is stale
-    "cpu_kind": str,  # the CPU that ran this attempt (traces.machine.cpu_kind): a resumed run spans machines
+    "cpu_kind": str,  # the CPU that ran this attempt (confkv.cpu.cpu_kind): a resumed run spans machines
     "heartbeat": float,  # unix time of the owner's last sign of life while 'running'
 }
 
