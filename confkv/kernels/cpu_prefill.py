@@ -54,14 +54,43 @@ def joined_kv(kv: SegmentedKV, dtype: torch.dtype) -> tuple[torch.Tensor, torch.
     return torch.cat([k, kv.k_fp], dim=2), torch.cat([v, kv.v_fp], dim=2)
 
 
-@functools.lru_cache(maxsize=2)
-def _tail_bias(n_keys: int, q_len: int, dtype: torch.dtype) -> torch.Tensor:
-    """Additive `[L, T]` mask (0 or -inf, in the query dtype, as the fused op wants): the last L keys are the L
-    queries in order, causal; the rest are visible to all. Cached: every layer of a chunk asks for the same one;
-    the next chunk has another T, so two entries (33 MB each in fp32 at 16K keys) are all it keeps."""
-    bias = torch.zeros(q_len, n_keys, dtype=dtype)
-    bias[:, n_keys - q_len :] = torch.full((q_len, q_len), float("-inf"), dtype=dtype).triu(1)
-    return bias
+def causal_tail_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Fused attention of a chunk's queries `q [B,Hq,L,D]` over `keys`, `values` `[B,Hkv,N,D]` whose last L are
+    the queries' own tokens in order (causal among themselves) and the rest older than all of them: (out `[B,Hq,L,D]`
+    in q's dtype, each query's log-sum-exp fp32 `[B,Hq,L]`), or None where the fused op refuses the call.
+
+    Why two calls and not one with the causal tail as a mask: given a mask, the fused kernel computes every block,
+    the chunk's masked future half included, and reads an `[L, N]` mask. Here the older keys go without a mask (each
+    KV head's query heads folded into the query axis: no per-head K/V copies) and the chunk's own block with
+    `is_causal` (square, so its diagonal is the right one, and the kernel skips the blocks above it); the two are
+    joined by their log-sum-exps, the same sums in fp32. A 2,000-token chunk over 180 older keys (a budgeted
+    cache) took 0.66x the masked call's time, over 16K older keys (`full`) 0.95x (one thread, Zen 5, under load).
+    """
+    b, hq, n_q, d = q.shape
+    hkv, n = keys.shape[1], keys.shape[2]
+    g, older = hq // hkv, n - n_q
+    own_k, own_v = keys[:, :, older:], values[:, :, older:]
+    if g > 1:
+        own_k, own_v = own_k.repeat_interleave(g, dim=1), own_v.repeat_interleave(g, dim=1)
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if op is None:  # a torch without this (private) op
+        return None
+    try:
+        out_b, lse_b = op(q, own_k, own_v, 0.0, True, scale=float(scale))[:2]
+        if not older:
+            return out_b, lse_b
+        folded = q.reshape(b, hkv, g * n_q, d)
+        out_a, lse_a = op(folded, keys[:, :, :older], values[:, :, :older], 0.0, False, scale=float(scale))[:2]
+    except RuntimeError:  # shapes the fused op refuses
+        return None
+    lse_a = lse_a.reshape(b, hq, n_q)
+    lse = torch.logaddexp(lse_a, lse_b)
+    w_a = (lse_a - lse).exp_().unsqueeze(-1)
+    w_b = (lse_b - lse).exp_().unsqueeze(-1)
+    out = out_a.reshape(b, hq, n_q, d).float().mul_(w_a).add_(out_b.float().mul_(w_b))
+    return out.to(q.dtype), lse
 
 
 def prefill_attention(
@@ -73,14 +102,10 @@ def prefill_attention(
     keys, values = joined_kv(kv, q.dtype)
     hkv, n = keys.shape[1], keys.shape[2]
     g = hq // hkv
-    rep_k = keys if g == 1 else keys.repeat_interleave(g, dim=1)
-    rep_v = values if g == 1 else values.repeat_interleave(g, dim=1)
-    try:
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, rep_k, rep_v, 0.0, False, attn_mask=_tail_bias(n, n_q, q.dtype), scale=float(scale)
-        )[:2]
-    except (RuntimeError, AttributeError):  # shapes the fused op refuses, or a torch without this (private) op
+    done = causal_tail_attention(q, keys, values, scale)
+    if done is None:
         return None
+    out, lse = done
     if not return_mass:
         return out, None
     rows = (q.float() * scale).reshape(b, hkv, g * n_q, d).contiguous()

@@ -111,3 +111,24 @@ def test_the_compiled_mass_runs_where_the_cpu_has_avx512(monkeypatch):
     monkeypatch.setattr(cpu_decode, "cpu_flags", lambda: "flags : fpu sse avx2 fma")
     assert not cpu_prefill.compiled_mass()
     cpu_prefill.compiled_mass.cache_clear()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("group", "older", "n_q"), [(3, 37, 70), (1, 0, 5), (4, 130, 2), (2, 1, 9)])
+def test_the_split_fused_attention_is_the_masked_one(dtype, group, older, n_q):
+    # older keys without a mask + the chunk's own block with `is_causal`, joined by log-sum-exp: the same output and
+    # per-query log-sum-exp as one call with the causal tail as a mask, for a query as transformers passes it
+    gen = torch.Generator().manual_seed(group * 100 + older + n_q)
+    b, hkv, d, n = 2, 2, 16, older + n_q
+    q = torch.randn(b, n_q, hkv * group, d, generator=gen).transpose(1, 2).to(dtype)  # [B, Hq, L, D], strided
+    k, v = (torch.randn(b, hkv, n, d, generator=gen).to(dtype) for _ in range(2))
+    visible = torch.ones(n_q, n, dtype=torch.bool)
+    visible[:, older:] = torch.ones(n_q, n_q, dtype=torch.bool).tril()
+    scores = (q.float() @ k.float().repeat_interleave(group, dim=1).transpose(-1, -2)) * 0.3
+    want_lse = scores.masked_fill(~visible, float("-inf")).logsumexp(-1)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=0.3, enable_gqa=True)
+    out, lse = cpu_prefill.causal_tail_attention(q, k, v, 0.3)
+    assert out.dtype == dtype and out.shape == want.shape and lse.dtype == torch.float32
+    tol = {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
+    torch.testing.assert_close(out.float(), want.float(), **tol)
+    torch.testing.assert_close(lse, want_lse, atol=1e-4 if dtype == torch.float32 else 5e-2, rtol=1e-4)
