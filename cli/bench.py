@@ -27,6 +27,7 @@ from cli.options import DTYPE_HELP
 # name -> "module" (exposing BENCHMARK) or "module:ATTRIBUTE"; module names, so the CLI layer may name any layer's.
 BENCHMARKS: dict[str, str] = {
     "kernel": "confkv.bench.kernel",
+    "prefill-attention": "confkv.bench.prefill_attention",
     "ppl": "confkv.bench.ppl",
     "decode": "confkv.bench.decode",
     "niah": "confkv.bench.niah",

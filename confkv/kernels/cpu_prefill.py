@@ -65,8 +65,9 @@ def causal_tail_attention(
     the chunk's masked future half included, and reads an `[L, N]` mask. Here the older keys go without a mask (each
     KV head's query heads folded into the query axis: no per-head K/V copies) and the chunk's own block with
     `is_causal` (square, so its diagonal is the right one, and the kernel skips the blocks above it); the two are
-    joined by their log-sum-exps, the same sums in fp32. A 2,000-token chunk over 180 older keys (a budgeted
-    cache) took 0.66x the masked call's time, over 16K older keys (`full`) 0.95x (one thread, Zen 5, under load).
+    joined by their log-sum-exps, the same sums in fp32. `bench prefill-attention` (one thread, Zen 5, two runs
+    under load; docs/results/prefill-attention-zen5.json): the agent's 512-token chunks 1.2-1.5x faster over 4K-16K
+    older keys (`full`'s long histories), unchanged over 180 (a budgeted cache); 2,000-token chunks 1.4-2x.
     """
     b, hq, n_q, d = q.shape
     hkv, n = keys.shape[1], keys.shape[2]

@@ -3,6 +3,8 @@ against the PyTorch reference (their oracle) on the cache's causal-tail layout."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -132,3 +134,21 @@ def test_the_split_fused_attention_is_the_masked_one(dtype, group, older, n_q):
     tol = {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
     torch.testing.assert_close(out.float(), want.float(), **tol)
     torch.testing.assert_close(lse, want_lse, atol=1e-4 if dtype == torch.float32 else 5e-2, rtol=1e-4)
+
+
+def test_bench_prefill_attention_times_both_forms_and_checks_they_agree():
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    args = ["bench", "prefill-attention", "--chunks", "5,9", "--older", "3", "--heads", "4", "--kv-heads", "2",
+            "--head-dim", "8", "--repeats", "1", "--json"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [(r["chunk"], r["older"]) for r in report["rows"]] == [(5, 3), (9, 3)]
+    for row in report["rows"]:
+        assert row["masked_ms"] > 0 and row["split_ms"] > 0 and row["speedup"] > 0
+        assert row["max_abs_diff"] < 1e-5
+    bad = CliRunner().invoke(app, ["bench", "prefill-attention", "--heads", "5", "--kv-heads", "2"])
+    assert bad.exit_code != 0 and "--kv-heads" in bad.output
