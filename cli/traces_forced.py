@@ -37,14 +37,15 @@ def forced_table_command(
     png: Path | None = typer.Option(None, "--png", help="Also draw the frontier of the rows shown (decision agreement "
                                     "and answer ΔNLL vs mean KV bytes, over the tasks every label finished) here."),
     dtype: str | None = typer.Option(None, "--dtype", help="Only rows scored at this resolved precision (e.g. fp32, "
-                                     "fp32-bf16-bf16). Rows pair within a precision; tasks scored at one precision "
-                                     "each are pooled, a task scored at two needs this choice."),
+                                     "fp32-bf16-bf16). Rows pair within a precision; tasks are pooled, each at one "
+                                     "precision (a task scored at two: the one with full and most of the labels "
+                                     "shown)."),
 ) -> None:
     """Trajectory-forced results as Markdown: per policy label, then per task (the tables of
     docs/results/forced-*.md), then the head-to-head questions (confkv vs sliding, h2o, random; gate vs gate off;
     recall) where both labels ran, then how much of each earlier turn was resident at the decisions a policy lost."""
     from traces.fmt import terminal_safe
-    from traces.forced import common_tasks, forced_rows, tasks_in_several_precisions, unpaired_with_full
+    from traces.forced import common_tasks, forced_rows, one_precision_per_task, unpaired_with_full
     from traces.forced_compare import question_lines
     from traces.forced_dropped import dropped_lines
     from traces.forced_tables import forced_markdown
@@ -78,11 +79,12 @@ def forced_table_command(
         if not rows:
             raise _fail(f"no forced results at precision {_label(dtype)} in {db}; it has: "
                         f"{terminal_safe(', '.join(have)) or 'none'}")  # fmt: skip
-    mixed = tasks_in_several_precisions(rows)
+    rows, mixed = one_precision_per_task(rows)
     if mixed:
-        task, names = next(iter(mixed.items()))
-        raise _fail(terminal_safe(f"task {task} was scored at {' and '.join(names)} ({len(mixed)} such tasks): "
-                                  f"pass --dtype to show one precision"))  # fmt: skip
+        listed = "; ".join(f"task {t} at {kept} ({', '.join(out)} left out)"
+                           for t, (kept, out) in sorted(mixed.items(), key=lambda kv: (len(kv[0]), kv[0])))
+        typer.echo(terminal_safe("tasks scored at several precisions, each shown at the one with full and the most "
+                                 f"of these labels (--dtype picks one): {listed}") + "\n")
     if not rows:
         typer.echo(f"no finished forced episodes in {db}")
         return
@@ -125,6 +127,10 @@ def forced_plan_command(
     budgets: str | None = typer.Option(None, "--budgets", help="The run's footprints, as given to `eval`."),
     dtype: str = typer.Option("fp32", "--dtype", help="Precision for a task with no rows yet (a task with rows "
                               "stays at theirs: rows pair only within one precision)."),
+    rebase: bool = typer.Option(False, "--rebase", help="A task that still owes labels at another precision is "
+                                "planned at --dtype instead, every label owed again (its old rows stay; tables show "
+                                "each task at the precision with most of its labels): for a machine where the old "
+                                "precision is slow. Put full in --policies."),
     memory_span: str | None = typer.Option(None, "--memory-span", help="Only tasks of this memory span (long or "
                                            "short)."),
     exclude_tasks: str | None = typer.Option(None, "--exclude-tasks", help="Leave out these task ids, "
@@ -174,14 +180,16 @@ def forced_plan_command(
     labels = [label for label, _, _ in label_budgets(built, steps)]
     if memory_span is not None:
         loaded = [(path, task) for path, task in loaded if task.memory_span == memory_span]
+    if rebase and "full" not in labels:
+        raise _fail("--rebase plans tasks again from `full` at --dtype: add full to --policies")
     if coverage:
         if "full" not in labels:
             raise _fail("--coverage counts tasks by their `full` row: add full to --policies")
         with _open(db) as store:
-            typer.echo(_coverage_table(forced_coverage(store.db, loaded, labels, dtype), len(labels)))
+            typer.echo(_coverage_table(forced_coverage(store.db, loaded, labels, dtype, rebase), len(labels)))
         return
     with _open(db) as store:
-        plan = forced_plan(store.db, loaded, labels, dtype)
+        plan = forced_plan(store.db, loaded, labels, dtype, rebase)
         est = estimate_plan(store.db, every_task, plan, kind) if plan and (estimate or not commands) else None
     if estimate:
         typer.echo(_estimate_line(est, kind) if est is not None else "nothing left to run")

@@ -130,13 +130,23 @@ def run_precision(config_json: str | None) -> str | None:
     return agent.get("dtype") if isinstance(agent, dict) else None
 
 
-def tasks_in_several_precisions(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
-    """task id -> its precisions, for the tasks scored at more than one: such rows cannot be pooled (one task
-    would count twice), a table must pick one precision."""
-    seen: dict[str, set[str]] = {}
+def one_precision_per_task(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, tuple[str, list[str]]]]:
+    """The rows with each task at one precision, and task id -> (the precision kept, those left out) for the tasks
+    scored at several. Kept: the precision with a `full` row and the most of the labels shown (ties: the name first
+    in sort order, as `forced_plan.task_precision` picks). Why not ask: `forced-plan --rebase` scores a task begun at
+    a slow precision again at a fast one, so one task can hold its @180 labels at fp32 and its sweep at
+    `fp32-bf16-bf16`; each table then takes the experiment that answers it, whole."""
+    labels: dict[str, dict[str, set[str]]] = {}
     for r in rows:
-        seen.setdefault(str(r["task_id"]), set()).add(str(r.get("precision")))
-    return {task: sorted(p) for task, p in seen.items() if len(p) > 1}
+        if not r.get("broken"):
+            labels.setdefault(str(r["task_id"]), {}).setdefault(str(r.get("precision")), set()).add(r["policy"])
+    chosen: dict[str, tuple[str, list[str]]] = {}
+    for task, by_precision in labels.items():
+        if len(by_precision) > 1:
+            best = min(by_precision, key=lambda p: (BASELINE not in by_precision[p], -len(by_precision[p]), p))
+            chosen[task] = (best, sorted(p for p in by_precision if p != best))
+    kept = [r for r in rows if str(r["task_id"]) not in chosen or str(r.get("precision")) == chosen[str(r["task_id"])][0]]
+    return kept, chosen
 
 
 _ORIGIN = re.compile(r"http://127\.0\.0\.1:\d+")

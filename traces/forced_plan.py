@@ -7,7 +7,11 @@ ones) cost hours. The plan is derived from the rows alone, so any session resume
 
 Order: short-memory tasks before long ones, then fewer reference steps first (the cheapest tasks first, so the
 number of tasks every label has scored grows fastest), then task id. A task stays at the precision its rows were
-scored at (rows pair only within one); a task with no rows goes at the precision asked for.
+scored at (rows pair only within one); a task with no rows goes at the precision asked for. `rebase` moves a task that
+still owes labels at another precision to the one asked for, where all its labels are owed again (its old rows stay,
+and each table shows a task at the precision that has most of its labels: `traces.forced.one_precision_per_task`):
+on a Zen 5, fp32 runs at a quarter of `fp32-bf16-bf16`'s speed, so a task begun at fp32 on an AVX2 machine finishes
+sooner scored again from `full` than owed at fp32.
 """
 
 from __future__ import annotations
@@ -69,15 +73,20 @@ def task_precision(labels: Mapping[str, set[str | None]], default: str) -> str:
 
 
 def forced_plan(db: sqlite_utils.Database, tasks: Sequence[tuple[Path, Task]], labels: Sequence[str],
-                default_precision: str) -> list[PlannedTask]:
+                default_precision: str, rebase: bool = False) -> list[PlannedTask]:
     """Every task of `tasks` (path, task) that still misses one of `labels` at its precision, in the order above
-    (to plan one memory span, pass only its tasks: the CLI filters them once for the plan and the coverage)."""
+    (to plan one memory span, pass only its tasks: the CLI filters them once for the plan and the coverage). With
+    `rebase`, such a task at another precision than `default_precision` is planned at that one instead (module
+    docstring); a task with every label at its own precision is left alone."""
     done = done_labels(db)
     plan = []
     for path, task in tasks:
         have = done.get(task.task_id, {})
         precision = task_precision(have, default_precision)
         finished = tuple(lbl for lbl in labels if have.get(lbl, set()) & {precision, None})
+        if rebase and precision != default_precision and len(finished) < len(labels):
+            precision = default_precision
+            finished = tuple(lbl for lbl in labels if default_precision in have.get(lbl, set()))
         missing = tuple(lbl for lbl in labels if lbl not in finished)
         if missing:
             plan.append(PlannedTask(task, path, precision, finished, missing))
@@ -102,13 +111,13 @@ class Coverage:
 
 
 def forced_coverage(db: sqlite_utils.Database, tasks: Sequence[tuple[Path, Task]], labels: Sequence[str],
-                    default_precision: str) -> list[Coverage]:
+                    default_precision: str, rebase: bool = False) -> list[Coverage]:
     """One row per (site, memory span) of `tasks`, long spans first: the page's "what is here" as data, so a
     snapshot states its coverage from the rows rather than from a hand-kept list. A task without `full` is not
     begun whatever else it has: no other label pairs without it."""
     if "full" not in labels:
         raise ValueError("coverage counts tasks by their `full` row: the labels must include full")
-    owed = {p.task.task_id: p for p in forced_plan(db, tasks, labels, default_precision)}
+    owed = {p.task.task_id: p for p in forced_plan(db, tasks, labels, default_precision, rebase)}
     groups: dict[tuple[str, str], list[list[int]]] = {}
     for _, task in tasks:
         group = groups.setdefault((task.kind, task.memory_span), [[], [], []])

@@ -266,8 +266,8 @@ def test_frontier_points_carry_the_tables_interval_and_task_count(tmp_path: Path
 
 
 def test_forced_rows_pair_only_within_one_precision(tmp_path: Path) -> None:
-    """A task scored at two precisions is two experiments: the table asks which one, and a policy's row never pairs
-    with `full`'s row of another precision."""
+    """A task scored at two precisions is two experiments: a table shows it at one (the one with `full` and most of
+    the labels shown, or the one --dtype names), and a policy's row never pairs with `full`'s row of another."""
     from traces.forced import forced_rows, paired_with_full
 
     path = tmp_path / "p.sqlite"
@@ -285,6 +285,9 @@ def test_forced_rows_pair_only_within_one_precision(tmp_path: Path) -> None:
             _forced(store, runs[("full", d)], task, action=0.5, answer=1.0)
             _forced(store, runs[("sliding@64", d)], task, action=0.6, answer=1.5)
         _forced(store, runs[("full", "fp32-bf16-bf16")], "5", action=0.5, answer=1.0)  # full alone
+        _forced(store, runs[("full", "fp32")], "6", action=0.5, answer=1.0)  # begun at fp32, scored again (--rebase)
+        _forced(store, runs[("full", "fp32-bf16-bf16")], "6", action=0.5, answer=1.5)
+        _forced(store, runs[("sliding@64", "fp32-bf16-bf16")], "6", action=0.6, answer=3.0)
         rows = [r for r in forced_rows(store.db) if r["task_id"] in ("1", "2")]
     assert len(rows) == 6  # one row per (label, task, precision): the later precision does not replace the earlier
     pairs = {(r["policy"], r["task_id"], r["precision"]): r["answer_nll"] - b["answer_nll"]
@@ -292,7 +295,12 @@ def test_forced_rows_pair_only_within_one_precision(tmp_path: Path) -> None:
     assert pairs[("sliding@64", "1", "fp32")] == 0.5 and pairs[("sliding@64", "1", "fp32-bf16-bf16")] == 0.75
     assert ("sliding@64", "2", "fp32-bf16-bf16") not in pairs  # full ran task 2 at fp32 only
     result = runner.invoke(app, ["traces", "forced-table", "--db", str(path)])
-    assert result.exit_code == 1 and "task 1 was scored at fp32 and fp32-bf16-bf16" in result.output
+    assert result.exit_code == 0, result.output
+    assert ("task 1 at fp32 (fp32-bf16-bf16 left out); task 2 at fp32 (fp32-bf16-bf16 left out); "
+            "task 6 at fp32-bf16-bf16 (fp32 left out)") in result.output  # a tie goes to the first name; 2: full
+    per_task = _table(result.output, "task")
+    assert {k[0] for k in per_task if k[1] == "sliding@64"} == {"1", "3", "4", "6"}  # each task once
+    assert per_task[("6", "full")][6] == "1.500"  # task 6's full is the fp32-bf16-bf16 row (fp32's: 1.000)
     result = runner.invoke(app, ["traces", "forced-table", "--db", str(path), "--dtype", "fp32"])
     assert result.exit_code == 0, result.output
     assert _table(result.output, "policy")[("sliding@64",)][1] == "2"  # tasks 1 and 4 at fp32

@@ -61,6 +61,26 @@ def test_the_plan_owes_what_did_not_finish_at_each_tasks_precision(tmp_path: Pat
     assert keys == sorted(keys) and plan[-1].task.task_id == 15
 
 
+def test_rebase_plans_a_task_that_owes_labels_again_at_the_precision_asked(tmp_path: Path) -> None:
+    # 15 owes h2o at fp32 (its full's precision): rebased to fp32-bf16-bf16 it owes full and h2o there (its sliding
+    # finished at both); 1 owes nothing at fp32 and stays out; 3 is at the precision asked already
+    db = _db(tmp_path / "f.sqlite")
+    by_id = {p.task.task_id: p for p in forced_plan(db, _loaded(), LABELS, "fp32-bf16-bf16", rebase=True)}
+    assert 1 not in by_id
+    assert by_id[15].precision == "fp32-bf16-bf16"
+    assert by_id[15].done == ("sliding-int8@180",) and by_id[15].missing == ("full", "h2o-int8@180")
+    assert by_id[3].precision == "fp32-bf16-bf16" and by_id[3].missing == ("sliding-int8@180", "h2o-int8@180")
+    assert forced_plan(db, _loaded(), LABELS, "fp32-bf16-bf16")[-1].precision == "fp32"  # without it: 15 stays
+    rows = forced_coverage(db, _loaded(), LABELS, "fp32-bf16-bf16", rebase=True)
+    assert [r.not_begun for r in rows if (r.site, r.span) == ("shopping", "long")] == [(15,)]  # no full there yet
+    args = ["traces", "forced-plan", str(TASKS / "shopping_015.yaml"), "--db", str(tmp_path / "f.sqlite"),
+            "--budgets", "180", "--dtype", "fp32-bf16-bf16", "--rebase", "--commands"]  # fmt: skip
+    result = runner.invoke(app, [*args, "--policies", "full,sliding-int8,h2o-int8"])
+    assert result.exit_code == 0 and result.output.split()[0] == "fp32-bf16-bf16", result.output
+    result = runner.invoke(app, [*args, "--policies", "sliding-int8,h2o-int8"])
+    assert result.exit_code == 1 and "add full to --policies" in result.output
+
+
 def test_coverage_counts_tasks_by_site_and_span_at_their_precision(tmp_path: Path) -> None:
     rows = forced_coverage(_db(tmp_path / "f.sqlite"), _loaded(), LABELS, "fp32")
     got = {(r.site, r.span): (r.complete, r.partial, r.not_begun) for r in rows}
