@@ -3,9 +3,10 @@
 # a label, cheapest first, at the precision its rows have; this runs `eval --mode forced` on them in one process.
 # Start two at once (each single-threaded) from a pinned worktree: they share the DB and each claims a task's pending
 # labels under a lease, so the second skips what the first holds. Killed, it loses at most the episodes in flight;
-# rerun it. Only tasks at $DTYPE run (a task begun at another precision waits for a CPU that runs it fast);
+# rerun it. Only tasks at $DTYPE run (a task begun at another precision waits for a CPU that runs it fast, or with
+# --rebase is scored again at $DTYPE from `full`: POLICIES must then include full);
 # DTYPE=auto (the default) is the precision `--dtype auto` measures fastest here, resolved once to its name.
-# Usage: scripts/frontier_resume.sh [forced-plan options, e.g. --memory-span short --exclude-tasks 14,116,123]
+# Usage: scripts/frontier_resume.sh [forced-plan options, e.g. --memory-span short --rebase --exclude-tasks 14,116,123]
 # Env: DB (runs/frontier/frontier.sqlite, restored from the committed snapshot when missing), DTYPE (auto),
 #      POLICIES, BUDGETS (180), MODEL (qwen2.5-coder-1.5b), PYTHON (the venv's, else python3).
 set -euo pipefail
