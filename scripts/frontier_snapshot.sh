@@ -4,8 +4,8 @@
 # file; and both figures. The page (docs/results/frontier-qwen2.5-coder-1.5b.md) quotes some of these tables:
 # scripts/frontier_page.py refreshes them there (its prose stays the author's to restate).
 # Usage: scripts/frontier_snapshot.sh [live DB] [name]   (defaults: runs/frontier/frontier.sqlite,
-# frontier-qwen2.5-coder-1.5b; OUT_DIR=docs/results; NEW_DTYPE, the precision the time left assumes for tasks not
-# begun: fp32-bf16-bf16). Needs sqlite3 and the venv's confkv-agent.
+# frontier-qwen2.5-coder-1.5b; OUT_DIR=docs/results; NEW_DTYPE, the precision the time left assumes for every
+# task still owing labels, with --rebase as the loops run: fp32-bf16-bf16). Needs sqlite3 and the venv's confkv-agent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DB="${1:-runs/frontier/frontier.sqlite}"
@@ -38,12 +38,12 @@ section() {  # title, then forced-table's arguments
   printf '`confkv-agent traces forced-plan tasks/ --db <snapshot> --policies %s --budgets 180 --coverage`\n\n' "$LABELS180"
   "$CLI" traces forced-plan tasks/ --db "$SNAP" --policies "$LABELS180" --budgets 180 --coverage 2>/dev/null || echo "(no rows)"
   # the time left, from the rows' own rates; tasks not begun are costed at $NEW_DTYPE (what new tasks have run at)
-  printf '\nTime left (`traces forced-plan ... --estimate`, tasks not begun at %s, task 123 left out): the five labels at 180, ' "$NEW_DTYPE"
+  printf '\nTime left (`traces forced-plan ... --rebase --estimate`, every task owing labels at %s, task 123 left out): the five labels at 180, ' "$NEW_DTYPE"
   "$CLI" traces forced-plan tasks/ --db "$SNAP" --policies "$LABELS180" --budgets 180 --dtype "$NEW_DTYPE" \
-    --exclude-tasks 123 --estimate 2>/dev/null || echo "(no estimate)"
-  printf '\nthe sweep on the long tasks, '
-  "$CLI" traces forced-plan tasks/ --db "$SNAP" --policies confkv-fixed,sliding-int8,h2o-int8 --budgets 90,360 \
-    --memory-span long --dtype "$NEW_DTYPE" --exclude-tasks 123 --estimate 2>/dev/null || echo "(no estimate)"
+    --rebase --exclude-tasks 123 --estimate 2>/dev/null || echo "(no estimate)"
+  printf '\nthe sweep on the long tasks (with `full` and the @180 labels where a task is rebased), '
+  "$CLI" traces forced-plan tasks/ --db "$SNAP" --policies full,confkv-fixed,sliding-int8,h2o-int8 --budgets 90,180,360 \
+    --memory-span long --dtype "$NEW_DTYPE" --rebase --exclude-tasks 123 --estimate 2>/dev/null || echo "(no estimate)"
   section "The baselines at confkv's footprint, all tasks" --policies "$AT180"
   section "The baselines at confkv's footprint, long-memory tasks" --policies "$AT180" --memory-span long
   section "The baselines at confkv's footprint, short-memory tasks" --policies "$AT180" --memory-span short
