@@ -1,12 +1,13 @@
-"""`bench prefill-attention`: a CPU prefill chunk's attention, one fused call with the causal tail as a mask against
-the split `cpu_prefill.causal_tail_attention` makes (the older keys unmasked, the chunk's own block `is_causal`).
+"""`bench prefill-attention`: a CPU prefill chunk's attention three ways: one fused call with the causal tail as a
+mask; `cpu_prefill.split_attention` (torch's fused op twice: the older keys unmasked, the chunk's own block
+`is_causal`); and the compiled kernel `cpu_prefill.causal_tail_attention` runs in fp32 on AVX-512.
 
 Why a benchmark of its own: attention is half of a forced episode's time on the agent's model (a sampling profile
-of the frontier's processes: 58% of `full`'s, 51% of a budgeted label's), and the split is justified by speed
-alone; its outputs are the masked call's up to fp32 rounding, which the report checks. Both variants are timed in
-one run, alternately, so a busy machine slows both alike and the ratio holds; shapes default to the agent's model
-(qwen2.5-coder-1.5b: 12 query heads, 2 KV heads, 128 dims) and to chunks over a budgeted cache (180 kept keys) and
-over `full`'s long histories.
+of the frontier's processes: 58% of `full`'s, 51% of a budgeted label's), and both replacements are justified by
+speed alone; their outputs are the masked call's up to fp32 rounding, which the report checks. The variants are
+timed in one run, alternately, so a busy machine slows them alike and the ratios hold; shapes default to the agent's
+model (qwen2.5-coder-1.5b: 12 query heads, 2 KV heads, 128 dims) and to chunks over a budgeted cache (180 kept
+keys) and over `full`'s long histories.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from confkv.bench.protocol import Benchmark, OptionError, Progress, ints, option
-from confkv.kernels.cpu_prefill import causal_tail_attention
+from confkv.kernels import cpu_decode
+from confkv.kernels.cpu_prefill import causal_tail_attention, compiled_mass, split_attention
 
 
 def masked_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
@@ -33,10 +35,13 @@ def masked_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     return out.view(b, hq, n_q, d)
 
 
-def _time_one(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float, repeats: int) -> dict:
-    """Both forms on one shape, alternately, best of `repeats` each; and how far apart their outputs are."""
+def _time_one(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float, repeats: int,
+              compiled: bool) -> dict:
+    """Each form on one shape, alternately, best of `repeats` each; and how far each is from the masked call."""
     variants = {"masked": lambda: masked_attention(q, keys, values, scale),
-                "split": lambda: causal_tail_attention(q, keys, values, scale)[0]}  # fmt: skip
+                "split": lambda: split_attention(q, keys, values, scale)[0]}  # fmt: skip
+    if compiled:
+        variants["kernel"] = lambda: causal_tail_attention(q, keys, values, scale)[0]
     outs = {name: fn() for name, fn in variants.items()}  # also the warm-up
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(repeats):
@@ -45,8 +50,12 @@ def _time_one(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: 
             fn()
             times[name].append(time.perf_counter() - t0)
     ms = {name: 1000 * min(ts) for name, ts in times.items()}
-    return {"masked_ms": ms["masked"], "split_ms": ms["split"], "speedup": ms["masked"] / ms["split"],
-            "max_abs_diff": float((outs["masked"].float() - outs["split"].float()).abs().max())}  # fmt: skip
+    row = {f"{name}_ms": t for name, t in ms.items()}
+    for name in variants:
+        if name != "masked":
+            row[f"{name}_speedup"] = ms["masked"] / ms[name]
+            row[f"{name}_max_abs_diff"] = float((outs["masked"].float() - outs[name].float()).abs().max())
+    return row
 
 
 @dataclass
@@ -66,6 +75,8 @@ def run(opts: PrefillAttentionOptions, progress: Progress) -> dict:
     dtype = torch.float32 if opts.dtype == "fp32" else torch.bfloat16
     gen = torch.Generator().manual_seed(0)
     scale = opts.head_dim**-0.5
+    # the compiled kernel where `causal_tail_attention` would use it (fp32, AVX-512, built)
+    compiled = dtype == torch.float32 and opts.head_dim % 16 == 0 and compiled_mass() and cpu_decode.active()
     rows = []
     for n_q in ints(opts.chunks, "chunks"):
         for older in ints(opts.older, "older"):
@@ -73,26 +84,29 @@ def run(opts: PrefillAttentionOptions, progress: Progress) -> dict:
             # the query as transformers hands it to attention: [B, Hq, L, D], a transposed view
             q = torch.randn(1, n_q, opts.heads, opts.head_dim, generator=gen).transpose(1, 2).to(dtype)
             keys, values = (torch.randn(1, opts.kv_heads, n, opts.head_dim, generator=gen).to(dtype) for _ in range(2))
-            row = _time_one(q, keys, values, scale, opts.repeats)
+            row = _time_one(q, keys, values, scale, opts.repeats, compiled)
             rows.append({"chunk": n_q, "older": older, **row})
-            progress(f"chunk {n_q} over {older} older keys: masked {row['masked_ms']:.0f} ms, "
-                     f"split {row['split_ms']:.0f} ms")
+            progress(f"chunk {n_q} over {older} older keys: " + ", ".join(
+                f"{k.removesuffix('_ms')} {v:.0f} ms" for k, v in row.items() if k.endswith("_ms")))
     return {"threads": torch.get_num_threads(), "dtype": opts.dtype,
             "shape": {"heads": opts.heads, "kv_heads": opts.kv_heads, "head_dim": opts.head_dim}, "rows": rows}  # fmt: skip
 
 
 def format_report(report: dict) -> list[str]:
     shape = report["shape"]
+    names = [k.removesuffix("_ms") for k in report["rows"][0] if k.endswith("_ms")] if report["rows"] else []
     lines = [f"prefill attention on CPU, {report['dtype']}, {report['threads']} thread(s), heads {shape['heads']} / "
-             f"KV heads {shape['kv_heads']} / dim {shape['head_dim']}; best of the timed calls",
-             f"{'chunk':>6} {'older':>7} {'masked ms':>10} {'split ms':>9} {'speedup':>8} {'max diff':>9}"]  # fmt: skip
+             f"KV heads {shape['kv_heads']} / dim {shape['head_dim']}; ms, best of the timed calls; x: vs masked",
+             f"{'chunk':>6} {'older':>7} " + " ".join(f"{n:>9}" for n in names)
+             + "".join(f" {n + ' x':>9} {n + ' diff':>11}" for n in names[1:])]  # fmt: skip
     for r in report["rows"]:
-        lines.append(f"{r['chunk']:>6} {r['older']:>7} {r['masked_ms']:>10.1f} {r['split_ms']:>9.1f} "
-                     f"{r['speedup']:>7.2f}x {r['max_abs_diff']:>9.1e}")  # fmt: skip
+        lines.append(f"{r['chunk']:>6} {r['older']:>7} " + " ".join(f"{r[n + '_ms']:>9.1f}" for n in names)
+                     + "".join(f" {r[n + '_speedup']:>8.2f}x {r[n + '_max_abs_diff']:>11.1e}" for n in names[1:]))
     return lines
 
 
 BENCHMARK = Benchmark(
     "prefill-attention", PrefillAttentionOptions, run, format_report, out=None,
-    help="A CPU prefill chunk's attention: one masked fused call vs the split (older keys unmasked + causal block).",
+    help="A CPU prefill chunk's attention: one masked fused call vs the split (older keys unmasked + causal block) "
+         "and the compiled kernel (fp32, AVX-512).",
 )

@@ -132,11 +132,14 @@ std::vector<at::Tensor> decode_attention(at::Tensor q, at::Tensor k_q, at::Tenso
 
 // cpu_prefill.cpp (built into the same extension)
 at::Tensor prefill_mass(at::Tensor q, at::Tensor keys, at::Tensor lse, int64_t n_q, int64_t tail);
+std::tuple<at::Tensor, at::Tensor> prefill_attention_fwd(at::Tensor q, at::Tensor keys, at::Tensor values, int64_t n_q,
+                                                         int64_t tail);
 at::Tensor confidence_rows(at::Tensor x, double w_e, double w_m, double w_p, bool rescale);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // The GIL is released: the math touches no Python object, and other threads (store leases) keep running.
   m.def("decode_attention", &decode_attention, py::call_guard<py::gil_scoped_release>());
   m.def("prefill_mass", &prefill_mass, py::call_guard<py::gil_scoped_release>());
+  m.def("prefill_attention", &prefill_attention_fwd, py::call_guard<py::gil_scoped_release>());
   m.def("confidence_rows", &confidence_rows, py::call_guard<py::gil_scoped_release>());
 }

@@ -33,7 +33,8 @@ from confkv.kernels.backend import BACKEND_ENV
 from confkv.kernels.segments import SegmentedKV
 
 ENV = "CONFKV_CPU_KERNEL"
-SOURCES = [Path(__file__).with_name(n) for n in ("cpu_decode.cpp", "cpu_prefill.cpp", "cpu_confidence.cpp")]
+SOURCES = [Path(__file__).with_name(n) for n in ("cpu_decode.cpp", "cpu_prefill.cpp", "cpu_attention.cpp",
+                                                 "cpu_confidence.cpp")]
 HEADERS = [Path(__file__).with_name("cpu_simd.h")]  # part of the build's identity, not compiled on their own
 FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"]
 STALE_LOCK_S = 600  # a real build takes about a minute

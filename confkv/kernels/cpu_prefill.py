@@ -1,12 +1,14 @@
-"""A prefill chunk's attention on CPU: the output from torch's fused flash attention, the mass from `cpu_prefill.cpp`
-or blocked BLAS.
+"""A prefill chunk's attention on CPU: the output from the compiled kernel (`cpu_attention.cpp`, fp32 on AVX-512) or
+torch's fused flash attention, the mass from `cpu_prefill.cpp` or blocked BLAS.
 
 Why: the reference computes a chunk's attention and mass from one materialized fp32 softmax (two fp32 matmuls, a
 softmax, a sum over queries), about twice what the plain cache's fused SDPA costs for the same keys, and the
 agent's steps are mostly prefill (issue 13: `confkv` prefill at 0.70x of `full` in bf16). Here the output comes
 from `_scaled_dot_product_flash_attention_for_cpu`, the same fused kernel the plain cache's SDPA runs (bf16 on the
 CPU's bf16 units), which also returns each query row's log-sum-exp; the compiled kernel then recomputes the scores
-tile by tile in fp32 and sums `exp(s - lse)` over the queries without materializing them.
+tile by tile in fp32 and sums `exp(s - lse)` over the queries without materializing them. In fp32 on AVX-512 the
+output comes from a compiled kernel with the mass kernel's register block instead (`causal_tail_attention`), which
+outran the fused op there.
 
 Two ways to the mass, the same sums: the compiled kernel where the CPU has AVX-512 (measured there: `confkv`
 prefill at 0.95x of `full`), BLAS matmuls over blocks of query rows elsewhere (`blocked_mass`). The kernel keeps a
@@ -57,9 +59,29 @@ def joined_kv(kv: SegmentedKV, dtype: torch.dtype) -> tuple[torch.Tensor, torch.
 def causal_tail_attention(
     q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Fused attention of a chunk's queries `q [B,Hq,L,D]` over `keys`, `values` `[B,Hkv,N,D]` whose last L are
-    the queries' own tokens in order (causal among themselves) and the rest older than all of them: (out `[B,Hq,L,D]`
-    in q's dtype, each query's log-sum-exp fp32 `[B,Hq,L]`), or None where the fused op refuses the call.
+    """Attention of a chunk's queries `q [B,Hq,L,D]` over `keys`, `values` `[B,Hkv,N,D]` whose last L are the
+    queries' own tokens in order (causal among themselves) and the rest older than all of them: (out `[B,Hq,L,D]` in
+    q's dtype, each query's log-sum-exp fp32 `[B,Hq,L]`), or None where torch's fused op refuses the call.
+
+    In fp32 on a CPU with AVX-512 the compiled kernel (`cpu_attention.cpp`, one pass, the mass kernel's register
+    block) computes it; elsewhere `split_attention`. `bench prefill-attention` times both against one masked call
+    (docs/results/prefill-attention-zen5.json, one thread, under load): for the agent's 512-token chunks the kernel
+    took 0.45-0.6x the masked call's time over 180-16K older keys, 0.7-0.8x the split's.
+    """
+    b, hq, n_q, d = q.shape
+    if q.dtype == torch.float32 and d % 16 == 0 and compiled_mass() and cpu_decode.active():
+        hkv = keys.shape[1]
+        rows = (q * scale).reshape(b, hkv, hq // hkv * n_q, d).contiguous()
+        out, lse = cpu_decode.kernel().prefill_attention(rows, keys.float().contiguous(), values.float().contiguous(),
+                                                         n_q, n_q)  # fmt: skip
+        return out.view(b, hq, n_q, d), lse.view(b, hq, n_q)
+    return split_attention(q, keys, values, scale)
+
+
+def split_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`causal_tail_attention` from torch's fused CPU op, in two calls.
 
     Why two calls and not one with the causal tail as a mask: given a mask, the fused kernel computes every block,
     the chunk's masked future half included, and reads an `[L, N]` mask. Here the older keys go without a mask (each
@@ -127,7 +149,8 @@ BLOCK_FLOATS = 1 << 21  # one block of probabilities: 8 MB, in cache, and ~10 bl
 @functools.cache
 def compiled_mass() -> bool:
     """Whether the compiled mass kernel runs: built with AVX-512 (`-march=native` on a CPU that has it), where its
-    register block fits; otherwise `blocked_mass` (see the module docstring)."""
+    register block fits; otherwise `blocked_mass` (see the module docstring). The compiled attention kernel, which
+    uses the same block, runs under the same condition."""
     return "avx512f" in cpu_decode.cpu_flags().split()
 
 

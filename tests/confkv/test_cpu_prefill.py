@@ -115,13 +115,20 @@ def test_the_compiled_mass_runs_where_the_cpu_has_avx512(monkeypatch):
     cpu_prefill.compiled_mass.cache_clear()
 
 
+@pytest.mark.parametrize("form", ["compiled", "split"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize(("group", "older", "n_q"), [(3, 37, 70), (1, 0, 5), (4, 130, 2), (2, 1, 9)])
-def test_the_split_fused_attention_is_the_masked_one(dtype, group, older, n_q):
-    # older keys without a mask + the chunk's own block with `is_causal`, joined by log-sum-exp: the same output and
-    # per-query log-sum-exp as one call with the causal tail as a mask, for a query as transformers passes it
+@pytest.mark.parametrize(("group", "older", "n_q", "d"), [(3, 37, 70, 16), (1, 0, 5, 32), (4, 130, 2, 16),
+                                                          (2, 1, 9, 48), (6, 200, 67, 128)])  # fmt: skip
+def test_the_chunk_attention_is_the_masked_one(form, dtype, group, older, n_q, d):
+    # split: older keys without a mask + the chunk's own block with `is_causal`, joined by log-sum-exp; compiled: one
+    # online-softmax pass (key tiles of 64, query blocks of 4 rows and of 64: these shapes cross each). Both: the
+    # same output and per-query log-sum-exp as one call with the causal tail as a mask, for a query as transformers
+    # passes it
+    if form == "compiled" and not (dtype == torch.float32 and cpu_prefill.compiled_mass() and cpu_decode.active()):
+        pytest.skip("the compiled kernel runs in fp32 on a CPU with AVX-512")
+    attention = cpu_prefill.causal_tail_attention if form == "compiled" else cpu_prefill.split_attention
     gen = torch.Generator().manual_seed(group * 100 + older + n_q)
-    b, hkv, d, n = 2, 2, 16, older + n_q
+    b, hkv, n = 2, 2, older + n_q
     q = torch.randn(b, n_q, hkv * group, d, generator=gen).transpose(1, 2).to(dtype)  # [B, Hq, L, D], strided
     k, v = (torch.randn(b, hkv, n, d, generator=gen).to(dtype) for _ in range(2))
     visible = torch.ones(n_q, n, dtype=torch.bool)
@@ -129,7 +136,7 @@ def test_the_split_fused_attention_is_the_masked_one(dtype, group, older, n_q):
     scores = (q.float() @ k.float().repeat_interleave(group, dim=1).transpose(-1, -2)) * 0.3
     want_lse = scores.masked_fill(~visible, float("-inf")).logsumexp(-1)
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=0.3, enable_gqa=True)
-    out, lse = cpu_prefill.causal_tail_attention(q, k, v, 0.3)
+    out, lse = attention(q, k, v, 0.3)
     assert out.dtype == dtype and out.shape == want.shape and lse.dtype == torch.float32
     tol = {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
     torch.testing.assert_close(out.float(), want.float(), **tol)
@@ -142,13 +149,15 @@ def test_bench_prefill_attention_times_both_forms_and_checks_they_agree():
     from cli.main import app
 
     args = ["bench", "prefill-attention", "--chunks", "5,9", "--older", "3", "--heads", "4", "--kv-heads", "2",
-            "--head-dim", "8", "--repeats", "1", "--json"]  # fmt: skip
+            "--head-dim", "16", "--repeats", "1", "--json"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert [(r["chunk"], r["older"]) for r in report["rows"]] == [(5, 3), (9, 3)]
+    compiled = cpu_prefill.compiled_mass() and cpu_decode.active()
     for row in report["rows"]:
-        assert row["masked_ms"] > 0 and row["split_ms"] > 0 and row["speedup"] > 0
-        assert row["max_abs_diff"] < 1e-5
+        assert row["masked_ms"] > 0 and row["split_ms"] > 0 and row["split_speedup"] > 0
+        assert row["split_max_abs_diff"] < 1e-5
+        assert ("kernel_ms" in row) == compiled and row.get("kernel_max_abs_diff", 0.0) < 1e-5
     bad = CliRunner().invoke(app, ["bench", "prefill-attention", "--heads", "5", "--kv-heads", "2"])
     assert bad.exit_code != 0 and "--kv-heads" in bad.output
