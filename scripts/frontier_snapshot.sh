@@ -35,8 +35,9 @@ section() {  # title, then forced-table's arguments
   printf ' [%s.partial.sqlite.gz](%s.partial.sqlite.gz) (%s UTC, %s results). What they mean: [the page](%s.md).\n' \
     "$NAME" "$NAME" "$(date -u +'%F %H:%M')" "$(sqlite3 "$SNAP" "select count(*) from forced_results f join episodes e on e.id = f.episode_id where e.status = 'done'")" "$NAME"
   printf '\n## Coverage: the five labels at 180, by site and memory span\n\n'
-  printf '`confkv-agent traces forced-plan tasks/ --db <snapshot> --policies %s --budgets 180 --coverage`\n\n' "$LABELS180"
-  "$CLI" traces forced-plan tasks/ --db "$SNAP" --policies "$LABELS180" --budgets 180 --coverage 2>/dev/null || echo "(no rows)"
+  printf '`confkv-agent traces forced-plan tasks/ --db <snapshot> --policies %s --budgets 180 --dtype %s --rebase --coverage`\n\n' "$LABELS180" "$NEW_DTYPE"
+  "$CLI" traces forced-plan tasks/ --db "$SNAP" --policies "$LABELS180" --budgets 180 --dtype "$NEW_DTYPE" --rebase \
+    --coverage 2>/dev/null || echo "(no rows)"
   # the time left, from the rows' own rates; tasks not begun are costed at $NEW_DTYPE (what new tasks have run at)
   printf '\nTime left (`traces forced-plan ... --rebase --estimate`, every task owing labels at %s, task 123 left out): the five labels at 180, ' "$NEW_DTYPE"
   "$CLI" traces forced-plan tasks/ --db "$SNAP" --policies "$LABELS180" --budgets 180 --dtype "$NEW_DTYPE" \
