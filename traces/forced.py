@@ -130,7 +130,9 @@ def run_precision(config_json: str | None) -> str | None:
     return agent.get("dtype") if isinstance(agent, dict) else None
 
 
-def one_precision_per_task(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, tuple[str, list[str]]]]:
+def one_precision_per_task(
+    rows: Sequence[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], dict[str, tuple[str, list[str]]]]:
     """The rows with each task at one precision, and task id -> (the precision kept, those left out) for the tasks
     scored at several. Kept: the precision with a `full` row and the most of the labels shown (ties: the name first
     in sort order, as `forced_plan.task_precision` picks). Why not ask: `forced-plan --rebase` scores a task begun at
@@ -145,7 +147,8 @@ def one_precision_per_task(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[st
         if len(by_precision) > 1:
             best = min(by_precision, key=lambda p: (BASELINE not in by_precision[p], -len(by_precision[p]), p))
             chosen[task] = (best, sorted(p for p in by_precision if p != best))
-    kept = [r for r in rows if str(r["task_id"]) not in chosen or str(r.get("precision")) == chosen[str(r["task_id"])][0]]
+    kept = [r for r in rows
+            if str(r["task_id"]) not in chosen or str(r.get("precision")) == chosen[str(r["task_id"])][0]]
     return kept, chosen
 
 

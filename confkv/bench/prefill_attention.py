@@ -88,8 +88,8 @@ def run(opts: PrefillAttentionOptions, progress: Progress) -> dict:
             rows.append({"chunk": n_q, "older": older, **row})
             progress(f"chunk {n_q} over {older} older keys: " + ", ".join(
                 f"{k.removesuffix('_ms')} {v:.0f} ms" for k, v in row.items() if k.endswith("_ms")))
-    return {"threads": torch.get_num_threads(), "dtype": opts.dtype,
-            "shape": {"heads": opts.heads, "kv_heads": opts.kv_heads, "head_dim": opts.head_dim}, "rows": rows}  # fmt: skip
+    shape = {"heads": opts.heads, "kv_heads": opts.kv_heads, "head_dim": opts.head_dim}
+    return {"threads": torch.get_num_threads(), "dtype": opts.dtype, "shape": shape, "rows": rows}
 
 
 def format_report(report: dict) -> list[str]:
