@@ -41,11 +41,15 @@ inline void pv_chunk(float* acc, const float* p, const float* vals, int64_t n, i
     for (int v = 0; v < CV; ++v) std::memcpy(acc + i * D + c0 + v * 16, &a[i][v], sizeof(v16f));
 }
 
-// One query-row block (RB rows, `state` its running max, sum and output accumulators) against one key tile.
+// The online-softmax state of one block of RB query rows: each row's running max and sum of exp (its output
+// accumulators live in the caller's `acc`), and how many keys it sees.
 struct Rows {
   float m[RB], l[RB];
   int64_t sees[RB];  // keys row i sees in all: those before the chunk's tail and its own tokens up to itself
 };
+
+// One block of rows against one key tile (keys j0 .. j0+n, transposed in `kv`): scores, the running max and sum,
+// the accumulators rescaled, then P x V added.
 
 void tile_update(const float* q0, const v16f* kv, const float* vals, Rows& st, float* acc, float* p, int64_t rows,
                  int64_t j0, int64_t n, int64_t D) {
