@@ -44,7 +44,7 @@ def forced_table_command(
     """Trajectory-forced results as Markdown: per policy label, then per task (the tables of
     docs/results/forced-*.md), then the head-to-head questions (confkv vs sliding, h2o, random; gate vs gate off;
     recall) where both labels ran, then how much of each earlier turn was resident at the decisions a policy lost."""
-    from traces.fmt import terminal_safe
+    from traces.fmt import task_order, terminal_safe
     from traces.forced import common_tasks, forced_rows, one_precision_per_task, unpaired_with_full
     from traces.forced_compare import question_lines
     from traces.forced_dropped import dropped_lines
@@ -82,7 +82,7 @@ def forced_table_command(
     rows, mixed = one_precision_per_task(rows)
     if mixed:
         listed = "; ".join(f"task {t} at {kept} ({', '.join(out)} left out)"
-                           for t, (kept, out) in sorted(mixed.items(), key=lambda kv: (len(kv[0]), kv[0])))
+                           for t, (kept, out) in sorted(mixed.items(), key=lambda kv: task_order(kv[0])))
         typer.echo(terminal_safe("tasks scored at several precisions, each shown at the one with full and the most "
                                  f"of these labels (--dtype picks one): {listed}") + "\n")
     if not rows:

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from confkv.bench.protocol import Benchmark, OptionError, Progress, ints, option
-from confkv.kernels import cpu_decode
-from confkv.kernels.cpu_prefill import causal_tail_attention, compiled_mass, split_attention
+from confkv.kernels.cpu_prefill import causal_tail_attention, compiled_attention, split_attention
 
 
 def masked_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
@@ -75,8 +74,7 @@ def run(opts: PrefillAttentionOptions, progress: Progress) -> dict:
     dtype = torch.float32 if opts.dtype == "fp32" else torch.bfloat16
     gen = torch.Generator().manual_seed(0)
     scale = opts.head_dim**-0.5
-    # the compiled kernel where `causal_tail_attention` would use it (fp32, AVX-512, built)
-    compiled = dtype == torch.float32 and opts.head_dim % 16 == 0 and compiled_mass() and cpu_decode.active()
+    compiled = compiled_attention(dtype, opts.head_dim)  # where `causal_tail_attention` runs the kernel
     rows = []
     for n_q in ints(opts.chunks, "chunks"):
         for older in ints(opts.older, "older"):

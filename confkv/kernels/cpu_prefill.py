@@ -69,7 +69,7 @@ def causal_tail_attention(
     took 0.45-0.6x the masked call's time over 180-16K older keys, 0.7-0.8x the split's.
     """
     b, hq, n_q, d = q.shape
-    if q.dtype == torch.float32 and d % 16 == 0 and compiled_mass() and cpu_decode.active():
+    if compiled_attention(q.dtype, d):
         hkv = keys.shape[1]
         rows = (q * scale).reshape(b, hkv, hq // hkv * n_q, d).contiguous()
         out, lse = cpu_decode.kernel().prefill_attention(rows, keys.float().contiguous(), values.float().contiguous(),
@@ -94,12 +94,12 @@ def split_attention(
     b, hq, n_q, d = q.shape
     hkv, n = keys.shape[1], keys.shape[2]
     g, older = hq // hkv, n - n_q
-    own_k, own_v = keys[:, :, older:], values[:, :, older:]
-    if g > 1:
-        own_k, own_v = own_k.repeat_interleave(g, dim=1), own_v.repeat_interleave(g, dim=1)
     op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     if op is None:  # a torch without this (private) op
         return None
+    own_k, own_v = keys[:, :, older:], values[:, :, older:]
+    if g > 1:
+        own_k, own_v = own_k.repeat_interleave(g, dim=1), own_v.repeat_interleave(g, dim=1)
     try:
         out_b, lse_b = op(q, own_k, own_v, 0.0, True, scale=float(scale))[:2]
         if not older:
@@ -152,6 +152,12 @@ def compiled_mass() -> bool:
     register block fits; otherwise `blocked_mass` (see the module docstring). The compiled attention kernel, which
     uses the same block, runs under the same condition."""
     return "avx512f" in cpu_decode.cpu_flags().split()
+
+
+def compiled_attention(dtype: torch.dtype, head_dim: int) -> bool:
+    """Whether `causal_tail_attention` runs the compiled kernel for queries of this dtype and head size: fp32, a head
+    size of whole 16-float vectors, on a CPU where the register block fits (`compiled_mass`), the extension built."""
+    return dtype == torch.float32 and head_dim % 16 == 0 and compiled_mass() and cpu_decode.active()
 
 
 def blocked_mass(rows: torch.Tensor, keys: torch.Tensor, lse: torch.Tensor, n_q: int) -> torch.Tensor:

@@ -124,7 +124,7 @@ def test_the_chunk_attention_is_the_masked_one(form, dtype, group, older, n_q, d
     # online-softmax pass (key tiles of 64, query blocks of 4 rows and of 64: these shapes cross each). Both: the
     # same output and per-query log-sum-exp as one call with the causal tail as a mask, for a query as transformers
     # passes it
-    if form == "compiled" and not (dtype == torch.float32 and cpu_prefill.compiled_mass() and cpu_decode.active()):
+    if form == "compiled" and not cpu_prefill.compiled_attention(dtype, d):
         pytest.skip("the compiled kernel runs in fp32 on a CPU with AVX-512")
     attention = cpu_prefill.causal_tail_attention if form == "compiled" else cpu_prefill.split_attention
     gen = torch.Generator().manual_seed(group * 100 + older + n_q)
@@ -154,7 +154,7 @@ def test_bench_prefill_attention_times_both_forms_and_checks_they_agree():
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert [(r["chunk"], r["older"]) for r in report["rows"]] == [(5, 3), (9, 3)]
-    compiled = cpu_prefill.compiled_mass() and cpu_decode.active()
+    compiled = cpu_prefill.compiled_attention(torch.float32, 16)
     for row in report["rows"]:
         assert row["masked_ms"] > 0 and row["split_ms"] > 0 and row["split_speedup"] > 0
         assert row["split_max_abs_diff"] < 1e-5
