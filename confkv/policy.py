@@ -133,6 +133,15 @@ class KVPolicy:
         per_pos = confidence(tail, self.gate.confidence_weights, self.gate.confidence_rescale)
         return per_pos.mean(dim=-1).min()
 
+    def confidence_rows(self, length: int, recorded: bool = True) -> int:
+        """Logit rows a forward of `length` new tokens computes, so that `confidence` reads what it needs and no more
+        (each row is a 150k-vocabulary product in fp32): the chunk mean's last `CONFIDENCE_POSITIONS`, or the last
+        row alone when the gate reads only that (`chunk_confidence="last"`) or, with `recorded=False` (nobody keeps
+        the confidence), when the gate does not read a forward's confidence at all."""
+        if self.gate.chunk_confidence == "last" or not (recorded or self.gate.plugin.reads_forward_confidence):
+            return min(length, 1)
+        return min(length, CONFIDENCE_POSITIONS)
+
     def layer_budgets(self, global_budget: int, n_layers: int) -> list[int]:
         """Budget of each layer for one global budget."""
         if not self.gate.pyramid:

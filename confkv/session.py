@@ -9,7 +9,8 @@ model is plain again between calls (benchmarks and tests mix plain forwards with
 switches the attention implementation once, not per token.
 
 Confidence of a call: `KVPolicy.confidence` (the mean over its last `CONFIDENCE_POSITIONS` positions, the least
-confident row; only those positions' logits are computed, which keeps a 150k-vocabulary head cheap). During decoding
+confident row; only those positions' logits are computed, `KVPolicy.confidence_rows`, which keeps a 150k-vocabulary
+head cheap). During decoding
 every step's confidence comes from that step's raw logits, before any sampling constraint.
 """
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from confkv.cache import ConfKVCache, attach, cache_kwarg
-from confkv.policy import CONFIDENCE_POSITIONS, KVPolicy
+from confkv.policy import KVPolicy
 
 
 @dataclass
@@ -64,6 +65,10 @@ class ConfKVSession:
         self.device = next(model.parameters()).device
         self._cache_kw = cache_kwarg(model)
         self._scope_depth = 0
+        # Compute each prefill chunk's confidence as recorded (`CallRecord.confidence`, the traces' chunk rows) even
+        # where no gate reads it; a caller that keeps no chunk confidence (the forced replay) sets False and saves
+        # the LM head's rows for it.
+        self.chunk_confidence = True
 
     @property
     def seen(self) -> int:
@@ -154,7 +159,7 @@ class ConfKVSession:
         with self.attached():
             for lo in range(0, ids.shape[1], chunk):
                 part = ids[:, lo : lo + chunk]
-                n_conf = min(part.shape[1], CONFIDENCE_POSITIONS)
+                n_conf = self.policy.confidence_rows(part.shape[1], recorded=self.chunk_confidence)
                 logits = self._forward(part, part.shape[1] if all_logits else n_conf)
                 self.last_logits = logits[:, -1]
                 self.stats.prefilled_tokens += part.shape[1]

@@ -208,6 +208,7 @@ def score_trajectory(agent: ModelAgent, task: Task, traj: Trajectory) -> tuple[d
     tok = agent.tokenizer
     agent.begin(task.intent)
     session = agent.session
+    session.chunk_confidence = False  # the rows keep no prefill chunk's confidence: an ungated chunk computes one row
     digest = hashlib.sha256()
     tokens: list[dict[str, Any]] = []
     steps: list[StepRecord] = []

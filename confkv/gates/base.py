@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from confkv.budget import Hysteresis
 from confkv.params import PolicyError, Range, declared, param
@@ -31,6 +31,10 @@ class Schedule(Protocol):
 
 class BudgetGate(ABC):
     """A gate: the settings a budget schedule is built from. Subclasses are frozen dataclasses."""
+
+    # Whether the schedule's answer depends on each forward's own confidence. A gate that does not read it (a fixed
+    # budget, the turn gate) lets a session skip the prefill chunk's confidence rows where nothing records them.
+    reads_forward_confidence: ClassVar[bool] = True
 
     @abstractmethod
     def schedule(self) -> Schedule | None:

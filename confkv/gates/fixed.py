@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from confkv.budget import FixedBudget
 from confkv.gates.base import BudgetGate
@@ -15,6 +16,7 @@ class FixedGate(BudgetGate):
     ends of "no gate" and a policy without eviction needs no special case."""
 
     budget: int | None = param(None, 1, note=" (or None to keep every token)")
+    reads_forward_confidence: ClassVar[bool] = False
 
     def schedule(self) -> FixedBudget | None:
         return None if self.budget is None else FixedBudget(self.budget)

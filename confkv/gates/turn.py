@@ -10,6 +10,7 @@ Without `end_turn` calls (plain generation) it is a fixed `n_high` budget.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from confkv.budget import TurnBudget
 from confkv.gates.base import TwoLevelGate
@@ -21,6 +22,7 @@ class TurnGate(TwoLevelGate):
     """Unsure decision (`confidence < tau`) keeps `n_high` until the next one, sure keeps `n_low`."""
 
     tau: float = param(0.5, 0.0, 1.0)
+    reads_forward_confidence: ClassVar[bool] = False  # it reads the decision's confidence (`end_turn`)
 
     def inner(self) -> TurnBudget:
         return TurnBudget(self.n_low, self.n_high, self.tau)

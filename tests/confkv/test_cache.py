@@ -126,6 +126,31 @@ def test_generate_with_gated_policy_evicts_and_tracks_confidence() -> None:
     assert cache.peak_kv_bytes >= mem.kv_bytes
 
 
+@pytest.mark.parametrize("name", ["full", "sliding", "h2o", "confkv", "confkv-turn"])
+def test_an_unrecorded_chunk_confidence_computes_only_the_rows_a_gate_reads(name: str) -> None:
+    """`chunk_confidence=False` (the forced replay) drops the LM head's confidence rows where no gate reads a
+    forward's confidence, and changes nothing else: the same kept tokens, the same last logits."""
+    model, vocab = tiny_model("llama")
+    ids = torch.randint(0, vocab, (1, 40), generator=torch.Generator().manual_seed(7))
+    policy = small_policy(name, budget=12)
+    rows: list[int] = []
+    handle = model.lm_head.register_forward_hook(lambda _m, _a, out: rows.append(out.shape[1]))
+    try:
+        runs = {}
+        for recorded in (True, False):
+            session = ConfKVSession(model, policy)
+            session.chunk_confidence = recorded
+            rows.clear()
+            last = session.append(ids)
+            runs[recorded] = (list(rows), last, [layer.positions().clone() for layer in session.cache.layers])
+    finally:
+        handle.remove()
+    assert runs[True][0] == [16, 16, 8]  # the chunk mean's rows (fewer than CONFIDENCE_POSITIONS here)
+    assert runs[False][0] == ([16, 16, 8] if name == "confkv" else [1, 1, 1])  # only the forward gate reads them
+    torch.testing.assert_close(runs[False][1], runs[True][1], rtol=1e-5, atol=1e-5)
+    assert all(torch.equal(a, b) for a, b in zip(runs[False][2], runs[True][2], strict=True))
+
+
 def test_chunked_prefill_bounds_the_peak() -> None:
     """A long append never materializes the whole input: peak <= (budget + chunk) tokens of KV."""
     model, vocab = tiny_model("llama")
