@@ -6,7 +6,8 @@ Every `cli_*` module imports heavy dependencies (torch, playwright) inside its c
 `main` is the failure boundary: any error a command did not turn into a message itself becomes one line on stderr
 and exit code 1 (`--debug`, anywhere on the line, or CONFKV_DEBUG=1 shows the traceback instead); Ctrl-C is exit
 130 with a line saying how to resume, and SIGTERM unwinds the same way (exit 143), so `finally` blocks run and the
-live site folders under /tmp are removed.
+live site folders under /tmp are removed. SIGUSR1 is the gentle stop: `eval` finishes the task in flight and exits
+75 (`runner.interrupts`), the rest pending for the same command to go on with.
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ def main(argv: list[str] | None = None) -> None:
     for sig, usual in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
         if signal.getsignal(sig) is usual:  # an ignored signal (nohup, background job) stays ignored
             signal.signal(sig, interrupts.on_signal)  # unwinds as KeyboardInterrupt; which one decides the code
+    drain = getattr(signal, "SIGUSR1", None)  # (no SIGUSR1 on Windows)
+    if drain is not None and signal.getsignal(drain) is signal.SIG_DFL:
+        signal.signal(drain, interrupts.on_drain)  # eval finishes the task in flight, then stops (exit 75)
     tune_cpu_allocator()  # before any command allocates (see runner.allocator)
     try:
         code = app(args=args, prog_name="confkv-agent", standalone_mode=False)

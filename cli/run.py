@@ -14,6 +14,7 @@ import typer
 
 from cli.options import POLICY_HELP, SET_HELP, checked_dtype, dtype_option
 from envs import TASKS_DIR
+from runner import interrupts
 from traces import DEFAULT_DB_PATH
 from traces.fmt import terminal_safe
 
@@ -286,14 +287,18 @@ def register(app: typer.Typer) -> None:
 
         if mode == "forced":
             _eval_forced(selected, names, settings, db, budget_list, as_json, console)
-            return
-        with progress:
-            _, summary = run_batch(selected, names, settings, db, workers=workers, on_episode=on_episode,
-                                   on_plan=on_plan, backend=backend, address=address)  # fmt: skip
-        if as_json:
-            typer.echo(json.dumps(summary.to_json(), indent=2))
         else:
-            Console().print(summary_table(summary))
+            with progress:
+                _, summary = run_batch(selected, names, settings, db, workers=workers, on_episode=on_episode,
+                                       on_plan=on_plan, backend=backend, address=address)  # fmt: skip
+            if as_json:
+                typer.echo(json.dumps(summary.to_json(), indent=2))
+            else:
+                Console().print(summary_table(summary))
+        if interrupts.draining():
+            console.print("drained (SIGUSR1): stopped after the task in flight; the rest is pending, and the same "
+                          "command goes on with it", markup=False, highlight=False)  # fmt: skip
+            raise typer.Exit(interrupts.DRAINED_EXIT)
 
 
 def _budgets(mode: str, raw: str | None, names: list[str]) -> list[int]:

@@ -13,17 +13,22 @@ that a `LeaseKeeper` thread keeps fresh, so two `eval` commands on one database 
 another live process holds, or has finished meanwhile, is skipped (reported with status "skipped"); one whose owner
 died is taken over.
 
+Drain: SIGUSR1 to the eval process (`runner.interrupts`) stops it at the next episode boundary, the episodes already
+running finished (with workers, the queued ones are not started; a Ray run ignores it).
+
 The policy name `scripted` replays each task's reference solution instead of a model (`runner.worker.SCRIPTED`).
 What runs the episodes in one process (settings, run key, `Worker`, `Plan`) lives in `runner.worker`.
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner import interrupts
 from runner.worker import SCRIPTED, AgentSettings, Plan, Worker, agent_identity, check_policy_names, run_config
 
 if TYPE_CHECKING:
@@ -35,6 +40,8 @@ _WORKER: Worker | None = None
 
 def _init_worker(db: str, settings: AgentSettings, site_names: list[str]) -> None:
     global _WORKER
+    if hasattr(signal, "SIGUSR1"):  # a drain sent to the process group is the parent's to act on, not a kill
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     _WORKER = Worker(db, settings, site_names)
 
 
@@ -91,6 +98,8 @@ def run_batch(
             worker = Worker(db, settings, site_names)
             try:
                 for task, policy in the_plan.pending:
+                    if interrupts.draining():  # SIGUSR1: the episode in flight is done; the rest stays pending
+                        break
                     result = worker.run_claimed(task, policy, the_plan.run_ids[policy])
                     if on_episode is not None:
                         on_episode(result)
@@ -115,6 +124,8 @@ def _run_parallel(the_plan: Plan, db: str | Path, settings: AgentSettings, site_
         try:
             while futures:
                 finished, futures = wait(futures, return_when=FIRST_COMPLETED)
+                if interrupts.draining():  # SIGUSR1: the running episodes finish, the queued ones are not started
+                    futures = {fut for fut in futures if not fut.cancel()}
                 for fut in finished:
                     result = fut.result()
                     if on_episode is not None:

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.actions import Action, ActionParseError, RoleTarget, parse_action
 from agent.targets import to_labels
+from runner import interrupts
 from runner.footprint import footprint_labels
 from runner.heap import trim_heap
 from traces.forced import BROKEN_PREFIX, same_decision
@@ -323,6 +324,8 @@ def run_forced(
                                         defaults=KVPolicy.defaults())
                for s in specs}  # fmt: skip
     for task in sorted(tasks, key=cheapest_first):  # an interrupted run has finished the most tasks
+        if interrupts.draining():  # SIGUSR1: the task in flight is done; the rest stays pending for a rerun
+            break
         claimed: list[tuple[ForcedSpec, int]] = []
         for spec in specs:
             if str(task.task_id) in store.finished_tasks(run_ids[spec.label]):

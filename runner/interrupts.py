@@ -5,11 +5,16 @@ process group, so Playwright's driver dies of the same signal; the KeyboardInter
 must swallow everything (closing a browser) or surface as the driver's "Connection closed" error, and `tasks check`
 carried on and exited 0. `cli.main.main` asks `received()` after the command, whatever the command returned, and
 a command whose normal end is Ctrl-C (`envs serve`) calls `handled()`.
+
+A drain (SIGUSR1) is the gentle stop: a batch finishes the task in flight and stops before the next one, so a long
+run can move to new code at a task boundary (each task's labels then come from one code) without losing work.
 """
 
 from __future__ import annotations
 
 _RECEIVED: dict[str, int] = {}
+_DRAIN: dict[str, int] = {}
+DRAINED_EXIT = 75  # sysexits' EX_TEMPFAIL: stopped early on purpose, and the same command goes on with the rest
 
 
 def on_signal(signum: int, _frame: object) -> None:
@@ -27,3 +32,18 @@ def received() -> int | None:
 def handled() -> None:
     """The command stopped on the interrupt as designed (e.g. `envs serve` serves until Ctrl-C): not a failure."""
     _RECEIVED.pop("signal", None)
+
+
+def on_drain(signum: int, _frame: object) -> None:
+    """Signal handler for SIGUSR1: ask the batch loops to stop at the next task boundary (nothing unwinds)."""
+    _DRAIN["signal"] = signum
+
+
+def draining() -> bool:
+    """Whether a drain was asked for: the batch loops check it before they start a task."""
+    return "signal" in _DRAIN
+
+
+def clear_drain() -> None:
+    """Forget a drain (a test, or an in-process caller that runs a second batch)."""
+    _DRAIN.clear()

@@ -6,6 +6,8 @@
 # rerun it. Only tasks at $DTYPE run (a task begun at another precision waits for a CPU that runs it fast, or with
 # --rebase is scored again at $DTYPE from `full`: POLICIES must then include full);
 # DTYPE=auto (the default) is the precision `--dtype auto` measures fastest here, resolved once to its name.
+# To move a loop to new code at a task boundary (each task's labels from one code): `kill -USR1 <its eval's pid>`;
+# the eval finishes the task in flight and this script exits 75; start it again from the new worktree.
 # Usage: scripts/frontier_resume.sh [forced-plan options, e.g. --memory-span short --rebase --exclude-tasks 14,116,123]
 # Env: DB (runs/frontier/frontier.sqlite, restored from the committed snapshot when missing), DTYPE (auto),
 #      POLICIES, BUDGETS (180), MODEL (qwen2.5-coder-1.5b), PYTHON (the venv's, else python3).
@@ -47,6 +49,10 @@ for attempt in 1 2 3; do
   "$PY" -m cli eval $paths --mode forced --policies "$POLICIES" --budgets "$BUDGETS" --model "$MODEL" \
     --dtype "$DTYPE" --db "$DB" < /dev/null || status=$?
   if [ "$status" -eq 0 ]; then break; fi
+  if [ "$status" -eq 75 ]; then
+    echo "[resume] $(date -u +%FT%TZ) drained (SIGUSR1) after a task; run this script again to go on" >&2
+    exit 75
+  fi
   echo "[resume] eval ended with status $status; planning again" >&2
 done
 echo "[resume] $(date -u +%FT%TZ) plan done" >&2

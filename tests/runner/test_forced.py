@@ -157,6 +157,35 @@ def test_an_interrupt_releases_every_claim_of_the_task_at_once(tiny, tmp_path, m
     assert all(r["error"] == "interrupted (Ctrl-C or SIGTERM)" for r in rows)
 
 
+def test_a_drain_finishes_the_task_in_flight_then_leaves_the_rest_pending(tiny, tmp_path):
+    """SIGUSR1 during a task's first label: its other labels are still scored (a task's labels come from one code),
+    the next task is not begun, and a rerun takes it up."""
+    from envs.server import Sites
+    from runner import interrupts
+
+    model, tok = tiny
+    tasks = [load_task(TASKS / f"shopping_{n:03d}.yaml", parse_step=parse_action) for n in (3, 11)]
+    specs = [ForcedSpec("full", get_policy("full"), "full"), ForcedSpec("sliding", get_policy("sliding"), "sliding")]
+    seen: list[dict] = []
+
+    def drain_at_once(result: dict) -> None:
+        seen.append(result)
+        interrupts.on_drain(10, None)
+
+    try:
+        with Sites(["shopping"], workdir=tmp_path / "sites") as sites, TraceStore(tmp_path / "t.sqlite") as store:
+            run_forced(tasks, specs, model, tok, "tiny", store, sites, on_result=drain_at_once)
+            first = seen[0]["task_id"]
+            assert [(r["task_id"], r["policy"], r["status"]) for r in seen] == [(first, "full", "done"),
+                                                                               (first, "sliding", "done")]
+            interrupts.clear_drain()
+            seen.clear()
+            run_forced(tasks, specs, model, tok, "tiny", store, sites, on_result=seen.append)
+            assert {r["task_id"] for r in seen} == {t.task_id for t in tasks} - {first} and len(seen) == 2
+    finally:
+        interrupts.clear_drain()
+
+
 def test_forced_decisions_agree_with_full_only_where_the_cache_keeps_the_pages(tiny, tmp_path):
     """The agent's own decision at every reference step: `full` run twice decides identically at every step (the
     fork leaves the cache it decides on untouched); a cache of the sinks alone on a task whose answer sits pages

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
 from agent.model_policy import ModelAgent, ScriptedAgent
 from envs.taskspec import load_task
+from runner import interrupts
 from runner.batch import run_batch
 from runner.episode import run_episode
 from runner.worker import AgentSettings
@@ -150,6 +152,47 @@ def test_interrupted_batch_resumes_with_only_the_missing_episodes(tmp_path):
         episodes = store.episodes()
     assert sorted(e["task_id"] for e in episodes) == ["1", "2"]  # the first task did not run twice
     assert summary.policies["scripted"].episodes == 2 and summary.policies["scripted"].success_rate == 1.0
+
+
+@pytest.fixture
+def drain_handler():
+    """SIGUSR1 handled as `confkv-agent` handles it, for this test only; no drain left behind."""
+    previous = signal.signal(signal.SIGUSR1, interrupts.on_drain)
+    yield
+    signal.signal(signal.SIGUSR1, previous)
+    interrupts.clear_drain()
+
+
+def test_a_drain_stops_the_batch_after_the_episode_in_flight_and_the_rest_resumes(tmp_path, drain_handler):
+    tasks = [load_task(TASKS / "shopping_001.yaml"), load_task(TASKS / "shopping_002.yaml")]
+    db = tmp_path / "batch.sqlite"
+    settings = AgentSettings(model="none")
+    seen = []
+
+    def drain(result):
+        seen.append(result)
+        os.kill(os.getpid(), signal.SIGUSR1)  # as `kill -USR1 <eval pid>` would, while the first episode ends
+
+    run_batch(tasks, ["scripted"], settings, db, on_episode=drain)
+    assert [r["task_id"] for r in seen] == [tasks[0].task_id] and seen[0]["success"]  # it finished, then stopped
+    interrupts.clear_drain()
+    seen.clear()
+    plan, _ = run_batch(tasks, ["scripted"], settings, db, on_episode=seen.append)
+    assert plan.skipped == 1 and [r["task_id"] for r in seen] == [tasks[1].task_id]
+
+
+def test_eval_exits_75_on_a_drain_with_the_rest_pending(tmp_path, drain_handler):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    os.kill(os.getpid(), signal.SIGUSR1)  # a drain asked before the first episode: nothing starts
+    result = CliRunner().invoke(app, ["eval", str(TASKS / "shopping_001.yaml"), "--policies", "scripted",
+                                      "--db", str(tmp_path / "t.sqlite")])
+    assert result.exit_code == interrupts.DRAINED_EXIT == 75, result.output
+    assert "drained (SIGUSR1)" in result.output
+    with TraceStore(tmp_path / "t.sqlite") as store:
+        assert store.episodes() == []
 
 
 class _BrokenModel(ScriptedAgent):
