@@ -299,7 +299,7 @@ def miniwob_command(
 def register(app: typer.Typer) -> None:
     """Add the `traces` group, `replay` and `report` to the root app."""
     from cli.traces_confidence import confidence_command
-    from cli.traces_forced import forced_plan_command, forced_table_command
+    from cli.traces_forced import forced_plan_command, forced_supersede_command, forced_table_command
     from cli.traces_retention import retention_command
 
     traces_app = typer.Typer(help="Inspect recorded episodes.", no_args_is_help=True)
@@ -310,6 +310,7 @@ def register(app: typer.Typer) -> None:
     traces_app.command("compare")(compare_command)
     traces_app.command("forced-table")(forced_table_command)
     traces_app.command("forced-plan")(forced_plan_command)
+    traces_app.command("forced-supersede")(forced_supersede_command)
     traces_app.command("miniwob")(miniwob_command)
     traces_app.command("confidence")(confidence_command)
     traces_app.command("retention")(retention_command)

@@ -1,5 +1,6 @@
 """`confkv-agent traces forced-table`: trajectory-forced results as the Markdown tables of docs/results
-(`traces.forced`), the head-to-head questions and, with `--png`, the frontier figure."""
+(`traces.forced`), the head-to-head questions and, with `--png`, the frontier figure; `forced-plan`: what a run
+still owes; `forced-supersede`: tasks to score again whole."""
 
 from __future__ import annotations
 
@@ -243,3 +244,32 @@ def _coverage_table(rows: list[Coverage], labels: int) -> str:
     total = [sum(len(getattr(r, k)) for r in rows) for k in ("complete", "partial", "not_begun")]
     lines.append(f"| all | | {sum(total)} | {total[0]} | {total[1]} | {total[2]} |")
     return "\n".join(lines)
+
+
+def forced_supersede_command(
+    tasks: str = typer.Option(..., "--tasks", help="Task ids whose finished forced rows are superseded, "
+                              "comma-separated."),
+    why: str = typer.Option(..., "--why", help="The reason, kept with each row (`superseded: WHY`)."),
+    db: Path = typer.Option(DEFAULT_DB_PATH, "--db", help=DB_HELP),
+    policies: str | None = typer.Option(None, "--policies", help="Only these labels, comma-separated "
+                                        "(e.g. sliding-int8@90) [default: every label]."),
+) -> None:
+    """Score tasks again whole: their finished forced rows become `error` rows that say why, so `forced-plan` owes
+    their labels again and the tables leave them out (the rows stay in the database). For a task whose replay changed
+    between processes, or rows a bug wrote."""
+    from traces.fmt import terminal_safe
+    from traces.forced_plan import supersede
+
+    ids, labels = _task_ids(tasks) or set(), _task_ids(policies)
+    if not ids:
+        raise _fail("--tasks names no task")
+    with _open(db) as store:
+        try:
+            marked = supersede(store, ids, why, labels)
+        except ValueError as exc:
+            raise _fail(str(exc)) from None
+    if not marked:
+        raise _fail(f"no finished forced rows of task(s) {terminal_safe(', '.join(sorted(ids)))}"
+                    + (f" for {terminal_safe(', '.join(sorted(labels)))}" if labels else ""))
+    for task, label in marked:
+        typer.echo(terminal_safe(f"superseded task {task} {label}"))

@@ -41,10 +41,10 @@ section() {  # title, then forced-table's arguments
   # the time left, from the rows' own rates; tasks not begun are costed at $NEW_DTYPE (what new tasks have run at)
   printf '\nTime left (`traces forced-plan ... --rebase --estimate`, every task owing labels at %s, task 123 left out): the five labels at 180, ' "$NEW_DTYPE"
   "$CLI" traces forced-plan tasks/ --db "$SNAP" --policies "$LABELS180" --budgets 180 --dtype "$NEW_DTYPE" \
-    --rebase --exclude-tasks 123 --estimate 2>/dev/null || echo "(no estimate)"
+    --rebase --estimate 2>/dev/null || echo "(no estimate)"
   printf '\nthe sweep on the long tasks (with `full` and the @180 labels where a task is rebased), '
   "$CLI" traces forced-plan tasks/ --db "$SNAP" --policies full,confkv-fixed,sliding-int8,h2o-int8 --budgets 90,180,360 \
-    --memory-span long --dtype "$NEW_DTYPE" --rebase --exclude-tasks 123 --estimate 2>/dev/null || echo "(no estimate)"
+    --memory-span long --dtype "$NEW_DTYPE" --rebase --estimate 2>/dev/null || echo "(no estimate)"
   section "The baselines at confkv's footprint, all tasks" --policies "$AT180"
   section "The baselines at confkv's footprint, long-memory tasks" --policies "$AT180" --memory-span long
   section "The baselines at confkv's footprint, short-memory tasks" --policies "$AT180" --memory-span short

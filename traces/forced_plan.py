@@ -28,6 +28,8 @@ from traces.forced import run_precision
 if TYPE_CHECKING:
     import sqlite_utils
 
+    from traces.store import TraceStore
+
 
 @dataclass(frozen=True)
 class PlannedTask:
@@ -220,3 +222,29 @@ def estimate_plan(db: sqlite_utils.Database, tasks: Sequence[tuple[Path, Task]],
             by_precision[p.precision] = by_precision.get(p.precision, 0.0) + tokens * rate
     return Estimate(sum(by_precision.values()), by_precision, len(rows), len(own), len(needed), guessed,
                     tuple(sorted(borrowed)), tuple(sorted(unknown)))
+
+
+SUPERSEDED_PREFIX = "superseded: "
+
+
+def supersede(store: TraceStore, task_ids: set[str], why: str,
+              labels: set[str] | None = None) -> list[tuple[str, str]]:
+    """Mark the finished forced rows of these tasks (of these labels only, if given) as superseded, so the plan owes
+    their labels again and the tables stop reading them; returns the (task, label) pairs marked.
+
+    Why: a task whose replay changed between processes (it showed the wall clock) or whose rows came from a bug must
+    be scored again whole, and its old rows must neither pair with the new ones nor vanish: they stay, as `error`
+    rows whose reason says why (`SUPERSEDED_PREFIX`)."""
+    if not why.strip():
+        raise ValueError("say why the rows are superseded (it is kept with them)")
+    if not {"episodes", "runs"} <= set(store.db.table_names()) or not task_ids:
+        return []
+    marks = ",".join("?" * len(task_ids))
+    sql = (f"select e.id, e.task_id, e.policy from episodes e join runs r on r.id = e.run_id "
+           f"where r.mode = 'forced' and e.status = 'done' and e.task_id in ({marks}) order by e.id")  # fmt: skip
+    with store._write() as db:  # the store's immediate transaction: every row or none, beside running evals
+        rows = [r for r in db.query(sql, sorted(task_ids)) if labels is None or r["policy"] in labels]
+        for r in rows:
+            db.execute("update episodes set status = 'error', error = ? where id = ?",
+                       [SUPERSEDED_PREFIX + why.strip(), r["id"]])
+    return [(r["task_id"], r["policy"]) for r in rows]

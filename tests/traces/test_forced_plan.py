@@ -169,3 +169,28 @@ def test_the_estimate_costs_each_owed_label_at_its_precisions_rate_per_token(tmp
     assert alone.seconds == 0 and len(alone.unknown) == 2 and "no task has rows" in alone.unknown[0]
     bare = sqlite_utils.Database(tmp_path / "none.sqlite")
     assert estimate_plan(bare, loaded, forced_plan(bare, loaded, LABELS, "fp32")).rows == 0
+
+
+def test_superseded_rows_are_owed_again_and_keep_their_reason(tmp_path: Path) -> None:
+    """`traces forced-supersede`: a task's finished rows (or only some labels) become `error` rows that say why, so
+    the plan owes them again; the other tasks' rows stay; bad input is refused before anything is written."""
+    path = tmp_path / "f.sqlite"
+    _db(path)
+    args = ["traces", "forced-supersede", "--db", str(path)]
+    result = runner.invoke(app, [*args, "--tasks", "15", "--policies", "sliding-int8@180", "--why", "a bug"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == ["superseded task 15 sliding-int8@180"] * 2  # at both precisions
+    plan = {p.task.task_id: p for p in forced_plan(sqlite_utils.Database(path), _loaded(), LABELS, "fp32")}
+    assert plan[15].missing == ("sliding-int8@180", "h2o-int8@180") and plan[15].done == ("full",)
+    assert 1 not in plan  # another task's rows are untouched
+    result = runner.invoke(app, [*args, "--tasks", "1", "--why", "showed the wall clock"])
+    assert result.exit_code == 0 and len(result.output.splitlines()) == 3
+    errors = {r["error"] for r in sqlite_utils.Database(path).query("select error from episodes where task_id = '1'")}
+    assert errors == {"superseded: showed the wall clock"}
+    plan = {p.task.task_id: p for p in forced_plan(sqlite_utils.Database(path), _loaded(), LABELS, "fp32")}
+    assert plan[1].missing == tuple(LABELS)
+    for bad, message in ((["--tasks", "1", "--why", " "], "say why"), (["--tasks", ",", "--why", "x"], "names no task"),
+                         (["--tasks", "1", "--why", "x"], "no finished forced rows of task(s) 1"),
+                         (["--tasks", "404", "--why", "x"], "no finished forced rows")):  # fmt: skip
+        result = runner.invoke(app, [*args, *bad])
+        assert result.exit_code == 1 and message in result.output, result.output
