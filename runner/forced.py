@@ -294,6 +294,9 @@ def _mean(values: Any) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+INTERRUPTED = "interrupted (Ctrl-C or SIGTERM)"
+
+
 # ---- the resumable batch --------------------------------------------------------------------------------------------
 def run_config(spec: ForcedSpec, agent_settings: dict[str, Any]) -> dict[str, Any]:
     return {**spec.policy.to_dict(), "mode": "forced", "base_policy": spec.base, "budget": spec.budget,
@@ -338,13 +341,15 @@ def run_forced(
         try:
             with BrowserSession([sites.url(name) for name in task.sites]) as browser:
                 traj = record_trajectory(task, sites, browser)
-        except BaseException as exc:
-            reason = str(exc) if isinstance(exc, BrokenTrajectory) else f"{type(exc).__name__}: {exc}"
+        except BaseException as exc:  # a broken reference is the task's verdict; anything else is owed again
+            broken, interrupted = isinstance(exc, BrokenTrajectory), not isinstance(exc, Exception)
+            reason = str(exc) if broken else f"{type(exc).__name__}: {exc}"
             for spec, episode in claimed:
-                store.fail_episode(episode, BROKEN_PREFIX + reason if isinstance(exc, BrokenTrajectory) else exc)
-                if on_result:
-                    on_result({"task_id": task.task_id, "policy": spec.label, "status": "broken", "reason": reason})
-            if not isinstance(exc, Exception):
+                store.fail_episode(episode, BROKEN_PREFIX + reason if broken else INTERRUPTED if interrupted else exc)
+                if on_result and not interrupted:
+                    on_result({"task_id": task.task_id, "policy": spec.label, "status": "broken" if broken else "error",
+                               "reason": reason})  # fmt: skip
+            if interrupted:
                 raise
             continue
         for i, (spec, episode) in enumerate(claimed):
@@ -366,7 +371,7 @@ def run_forced(
                 status = "done"
             except KeyboardInterrupt:
                 for _, left in claimed[i:]:  # the task's later claims too: they are pending again at once
-                    store.fail_episode(left, "interrupted (Ctrl-C or SIGTERM)")
+                    store.fail_episode(left, INTERRUPTED)
                 raise
             except Exception as exc:  # a model or store error in one policy must not lose the others
                 store.fail_episode(episode, exc)

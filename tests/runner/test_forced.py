@@ -136,22 +136,26 @@ def test_forced_mode_end_to_end(tiny, tmp_path):
     assert forced["policies"]["sinks"]["broken"] == 1
 
 
-def test_an_interrupt_releases_every_claim_of_the_task_at_once(tiny, tmp_path, monkeypatch):
-    """Ctrl-C or SIGTERM while the first policy of a task is scored closes that episode AND the task's later
-    claims, so another process (on another host too) takes them up at once, not after their lease lapses."""
+@pytest.mark.parametrize("where", ["score_trajectory", "record_trajectory"])
+def test_an_interrupt_releases_every_claim_of_the_task_at_once(tiny, tmp_path, monkeypatch, where):
+    """Ctrl-C or SIGTERM while the first policy of a task is scored, or while its reference is replayed, closes
+    every claim of the task as interrupted (not broken: it is owed again), so another process (on another host too)
+    takes them up at once, not after their lease lapses."""
     import runner.forced
     from envs.server import Sites
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner.forced, "score_trajectory", interrupted)
+    monkeypatch.setattr(runner.forced, where, interrupted)
     model, tok = tiny
     task = load_task(TASKS / "shopping_003.yaml", parse_step=parse_action)
     specs = [ForcedSpec("full", get_policy("full"), "full"), ForcedSpec("sliding", get_policy("sliding"), "sliding")]
     with Sites(["shopping"], workdir=tmp_path / "sites") as sites, TraceStore(tmp_path / "t.sqlite") as store:
+        seen: list[dict] = []
         with pytest.raises(KeyboardInterrupt):
-            run_forced([task], specs, model, tok, "tiny", store, sites)
+            run_forced([task], specs, model, tok, "tiny", store, sites, on_result=seen.append)
+        assert seen == []  # nothing reported as broken
         rows = list(store.db.query("select policy, status, error from episodes order by id"))
     assert [(r["policy"], r["status"]) for r in rows] == [("full", "error"), ("sliding", "error")]
     assert all(r["error"] == "interrupted (Ctrl-C or SIGTERM)" for r in rows)
