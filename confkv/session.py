@@ -10,8 +10,8 @@ switches the attention implementation once, not per token.
 
 Confidence of a call: `KVPolicy.confidence` (the mean over its last `CONFIDENCE_POSITIONS` positions, the least
 confident row; only those positions' logits are computed, `KVPolicy.confidence_rows`, which keeps a 150k-vocabulary
-head cheap). During decoding
-every step's confidence comes from that step's raw logits, before any sampling constraint.
+head cheap). During decoding every step's confidence comes from that step's raw logits, before any sampling
+constraint.
 """
 
 from __future__ import annotations
