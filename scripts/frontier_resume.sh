@@ -38,7 +38,9 @@ esac
 # One eval process takes every task owed at $DTYPE, in the plan's order: its per-process prefix cache
 # (agent.model_policy._PREFIXES) then prefills the ~2.3K-token system prompt once per label, not once per task
 # (about two minutes per label at fp32 on one thread, half of a short task's episode). A run that ends in error is
-# planned again from the DB, at most three times, so a task that keeps failing cannot loop.
+# planned again from the DB, at most three times, so a task that keeps failing cannot loop (the script then exits
+# with eval's status, not as if the plan were done).
+status=0
 for attempt in 1 2 3; do
   paths=$("$PY" -m cli traces forced-plan tasks/ --db "$DB" --policies "$POLICIES" --budgets "$BUDGETS" \
     --dtype "$DTYPE" --commands "$@" | awk -v d="$DTYPE" '$1 == d {print $2}')
@@ -55,4 +57,8 @@ for attempt in 1 2 3; do
   fi
   echo "[resume] eval ended with status $status; planning again" >&2
 done
+if [ "$status" -ne 0 ]; then
+  echo "[resume] $(date -u +%FT%TZ) eval failed three times (last status $status): see its errors above" >&2
+  exit "$status"
+fi
 echo "[resume] $(date -u +%FT%TZ) plan done" >&2
