@@ -39,7 +39,7 @@ section() {  # title, then forced-table's arguments
   "$CLI" traces forced-plan tasks/ --db "$SNAP" --policies "$LABELS180" --budgets 180 --dtype "$NEW_DTYPE" --rebase \
     --coverage 2>/dev/null || echo "(no rows)"
   # the time left, from the rows' own rates; tasks not begun are costed at $NEW_DTYPE (what new tasks have run at)
-  printf '\nTime left (`traces forced-plan ... --rebase --estimate`, every task owing labels at %s, task 123 left out): the five labels at 180, ' "$NEW_DTYPE"
+  printf '\nTime left (`traces forced-plan ... --rebase --estimate`, every task owing labels at %s): the five labels at 180, ' "$NEW_DTYPE"
   "$CLI" traces forced-plan tasks/ --db "$SNAP" --policies "$LABELS180" --budgets 180 --dtype "$NEW_DTYPE" \
     --rebase --estimate 2>/dev/null || echo "(no estimate)"
   printf '\nthe sweep on the long tasks (with `full` and the @180 labels where a task is rebased), '
