@@ -136,18 +136,36 @@ def test_forced_mode_end_to_end(tiny, tmp_path):
     assert forced["policies"]["sinks"]["broken"] == 1
 
 
-@pytest.mark.parametrize("where", ["score_trajectory", "record_trajectory"])
+class _InterruptedBrowser:
+    """A browser session interrupted as it opens: the reference replay's except path without a real Playwright (an
+    interrupt inside a real one drops its driver for good, and the later tests in this process need one)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __enter__(self):
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.parametrize("where", ["scoring", "replay"])
 def test_an_interrupt_releases_every_claim_of_the_task_at_once(tiny, tmp_path, monkeypatch, where):
     """Ctrl-C or SIGTERM while the first policy of a task is scored, or while its reference is replayed, closes
     every claim of the task as interrupted (not broken: it is owed again), so another process (on another host too)
     takes them up at once, not after their lease lapses."""
+    import runner.browser
     import runner.forced
     from envs.server import Sites
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner.forced, where, interrupted)
+    if where == "scoring":
+        monkeypatch.setattr(runner.forced, "score_trajectory", interrupted)
+    else:
+        monkeypatch.setattr(runner.browser, "BrowserSession", _InterruptedBrowser)
     model, tok = tiny
     task = load_task(TASKS / "shopping_003.yaml", parse_step=parse_action)
     specs = [ForcedSpec("full", get_policy("full"), "full"), ForcedSpec("sliding", get_policy("sliding"), "sliding")]
