@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.actions import Action, ActionParseError, parse_action
 from agent.stopping import StopRules
+from runner import interrupts
 from runner.heap import trim_heap
 from traces.records import DecodeToken, StepRecord
 
@@ -197,7 +198,7 @@ def run_episode(
         out.status, out.success, out.score, out.reason = "done", evaluation.passed, evaluation.score, evaluation.reason
     except KeyboardInterrupt:
         store.add_blocked(episode_id, session.blocked)
-        store.fail_episode(episode_id, "interrupted (Ctrl-C or SIGTERM)", **memory_fields())
+        store.fail_episode(episode_id, interrupts.INTERRUPTED_REASON, **memory_fields())
         raise
     except Exception as exc:  # browser crash, model error, evaluator failure: record it, keep the batch going
         fields = memory_fields()

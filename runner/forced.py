@@ -294,9 +294,6 @@ def _mean(values: Any) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-INTERRUPTED = "interrupted (Ctrl-C or SIGTERM)"
-
-
 # ---- the resumable batch --------------------------------------------------------------------------------------------
 def run_config(spec: ForcedSpec, agent_settings: dict[str, Any]) -> dict[str, Any]:
     return {**spec.policy.to_dict(), "mode": "forced", "base_policy": spec.base, "budget": spec.budget,
@@ -344,8 +341,9 @@ def run_forced(
         except BaseException as exc:  # a broken reference is the task's verdict; anything else is owed again
             broken, interrupted = isinstance(exc, BrokenTrajectory), not isinstance(exc, Exception)
             reason = str(exc) if broken else f"{type(exc).__name__}: {exc}"
+            error = BROKEN_PREFIX + reason if broken else interrupts.INTERRUPTED_REASON if interrupted else exc
             for spec, episode in claimed:
-                store.fail_episode(episode, BROKEN_PREFIX + reason if broken else INTERRUPTED if interrupted else exc)
+                store.fail_episode(episode, error)
                 if on_result and not interrupted:
                     on_result({"task_id": task.task_id, "policy": spec.label, "status": "broken" if broken else "error",
                                "reason": reason})  # fmt: skip
@@ -371,7 +369,7 @@ def run_forced(
                 status = "done"
             except KeyboardInterrupt:
                 for _, left in claimed[i:]:  # the task's later claims too: they are pending again at once
-                    store.fail_episode(left, INTERRUPTED)
+                    store.fail_episode(left, interrupts.INTERRUPTED_REASON)
                 raise
             except Exception as exc:  # a model or store error in one policy must not lose the others
                 store.fail_episode(episode, exc)

@@ -13,6 +13,7 @@ run can move to new code at a task boundary (each task's labels then come from o
 from __future__ import annotations
 
 _RECEIVED: dict[str, int] = {}
+INTERRUPTED_REASON = "interrupted (Ctrl-C or SIGTERM)"  # an episode closed by the interrupt: owed again, not failed
 _DRAIN: dict[str, int] = {}
 DRAINED_EXIT = 75  # sysexits' EX_TEMPFAIL: stopped early on purpose, and the same command goes on with the rest
 
